@@ -1,0 +1,18 @@
+# kvtier: raw_data -> evidence. Thin on purpose: rules call `kvtier`; logic lives in src/kvtier.
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+configfile: "config/config.yaml"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/replay.smk"
+include: "workflow/rules/index.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        f"{EVIDENCE}/index.html",

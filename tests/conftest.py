@@ -1,0 +1,50 @@
+"""Shared fixtures: the repository root, a scratch copy of the project, and a subprocess runner."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PUBLISHED = ROOT / "raw_data" / "published"
+BIN = Path(sys.executable).parent
+
+
+def tool_env() -> dict:
+    """Environment for subprocesses: this interpreter's bin first, so `kvtier` and `snakemake` are ours."""
+    env = dict(os.environ)
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+def run(cmd: list[str], cwd: Path, check: bool = True, timeout: float = 900) -> subprocess.CompletedProcess:
+    proc = subprocess.run(cmd, cwd=cwd, env=tool_env(), capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} exited {proc.returncode}\n--- stdout\n{proc.stdout}\n"
+                             f"--- stderr\n{proc.stderr}")
+    return proc
+
+
+def project_files() -> list[str]:
+    """Files a fresh clone would have, plus files not yet committed (but never ignored ones)."""
+    out = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"], cwd=ROOT,
+                         capture_output=True, text=True, check=True).stdout
+    return [f for f in out.split("\0") if f and (ROOT / f).exists()]
+
+
+def copy_project(dest: Path) -> Path:
+    for rel in project_files():
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / rel, target)
+    return dest
+
+
+@pytest.fixture
+def project_copy(tmp_path: Path) -> Path:
+    return copy_project(tmp_path / "kvtier")

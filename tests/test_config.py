@@ -1,0 +1,59 @@
+import pytest
+import yaml
+
+from conftest import ROOT, run
+from kvtier import config
+from kvtier.errors import KvtierError
+
+
+def test_default_config_is_valid_and_complete():
+    cfg = config.load(ROOT / "config" / "config.yaml")
+    assert cfg["replay"]["items"] == ["R2"]
+    assert cfg["render"]["cell_timeout_s"] == 600
+
+
+def test_defaults_are_filled_from_the_schema():
+    cfg = config.validate({})
+    assert cfg == {"published_dir": "raw_data/published", "evidence_dir": "evidence", "replay": {"items": ["R2"]},
+                   "render": {"cell_timeout_s": 600, "chart_png_scale": 2, "html_template": "lab"}}
+
+
+@pytest.mark.parametrize("cfg, named", [
+    ({"evidnce_dir": "x"}, ["'evidnce_dir'", "top level"]),
+    ({"render": {"cell_timout_s": 60}}, ["'cell_timout_s'", "under 'render'"]),
+    ({"render": {"cell_timeout_s": "ten"}}, ["render.cell_timeout_s", "'ten'", "integer"]),
+    ({"render": {"chart_png_scale": 10}}, ["render.chart_png_scale", "10", "maximum"]),
+    ({"render": {"cell_timeout_s": 0}}, ["render.cell_timeout_s", "0", "minimum"]),
+    ({"replay": {"items": ["R99"]}}, ["replay.items.0", "'R99'"]),
+    ({"replay": "R2"}, ["replay", "'R2'", "object"]),
+])
+def test_bad_config_is_refused_naming_key_and_value(cfg, named):
+    with pytest.raises(KvtierError) as err:
+        config.validate(cfg, source="my.yaml")
+    message = str(err.value)
+    assert message.startswith("my.yaml: invalid config")
+    for fragment in named:
+        assert fragment in message
+
+
+def test_every_problem_is_reported_at_once():
+    with pytest.raises(KvtierError) as err:
+        config.validate({"evidnce_dir": "x", "render": {"chart_png_scale": 0}})
+    assert "evidnce_dir" in str(err.value) and "chart_png_scale" in str(err.value)
+
+
+def test_cli_refuses_bad_config_with_exit_code_2(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({"render": {"html_templte": "lab"}}))
+    proc = run(["kvtier", "config", str(bad)], cwd=tmp_path, check=False)
+    assert proc.returncode == 2
+    assert "html_templte" in proc.stderr and str(bad) in proc.stderr
+
+
+def test_cli_names_a_missing_or_broken_file(tmp_path):
+    proc = run(["kvtier", "config", "nowhere.yaml"], cwd=tmp_path, check=False)
+    assert proc.returncode == 2 and "nowhere.yaml: file not found" in proc.stderr
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("render: [unclosed\n")
+    proc = run(["kvtier", "config", str(broken)], cwd=tmp_path, check=False)
+    assert proc.returncode == 2 and "not valid YAML" in proc.stderr

