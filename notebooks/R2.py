@@ -29,13 +29,11 @@ chart_png_scale = 2.0
 # %%
 from pathlib import Path
 
-import pandas as pd
 from IPython.display import SVG, Markdown, display
 
 from kvtier import charts, r2
 from kvtier.config import load_yaml
 
-pd.set_option("display.precision", 2)
 derived = r2.load(published_dir)
 
 # %% [markdown]
@@ -51,6 +49,12 @@ display(Markdown(r2.conditions_markdown(load_yaml(Path(published_dir) / r2.CONDI
 # Same columns, labels and precision as the report; `—` marks a cell the report did not measure (recompute was
 # run at concurrency 16 only). A test compares this text with the table in the source document.
 
+# %%
+display(r2.report_table(derived).style.hide(axis="index"))
+
+# %% [markdown]
+# The same table as markdown text, as the report's source prints it:
+
 # %% tags=["nbval-check-output"]
 print(r2.report_markdown(derived), end="")
 
@@ -60,7 +64,7 @@ print(r2.report_markdown(derived), end="")
 # `ttft_p50_reduction_pct` = 100 × (local − pool) / local; `output_tok_s_gain_pct` = 100 × (pool / local − 1).
 
 # %%
-display(derived.pool_vs_local)
+display(derived.pool_vs_local.style.hide(axis="index").format(precision=2))
 
 # %% [markdown]
 # ## Against full recompute (where recompute was measured)
@@ -68,7 +72,7 @@ display(derived.pool_vs_local)
 # `ttft_p50_speedup` = recompute TTFT p50 / tier TTFT p50, at the same concurrency.
 
 # %%
-display(derived.vs_recompute)
+display(derived.vs_recompute.style.hide(axis="index").format(precision=2))
 
 # %% [markdown]
 # ## Headline figures, recomputed

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from conftest import copy_project, run
+from conftest import ROOT, copy_project, run
 from kvtier import r2
 from kvtier.evidence_io import read_table
 
@@ -107,3 +107,13 @@ def test_bad_config_stops_the_run_before_anything_is_written(project_copy, bad, 
     assert "bad.yaml" in proc.stdout + proc.stderr
     assert not (project_copy / "evidence" / "R2").exists()
     assert not (project_copy / "evidence" / "index.html").exists()
+
+
+def test_the_run_never_rewrites_published_readings(built):
+    published = ROOT / "raw_data" / "published"
+    for original in published.rglob("*"):
+        if original.is_file():
+            copy = built / original.relative_to(ROOT)
+            assert copy.read_bytes() == original.read_bytes(), copy
+    assert {p.relative_to(built) for p in (built / "raw_data" / "published").rglob("*")} == \
+        {p.relative_to(ROOT) for p in published.rglob("*")}

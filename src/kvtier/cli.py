@@ -53,7 +53,8 @@ def _cmd_r2(args) -> None:
     from . import r2
     derived = r2.load(args.published_dir)
     print(r2.report_markdown(derived), end="")
-    print(json.dumps(r2.headline(derived), indent=2, ensure_ascii=False))
+    for name, value in r2.headline(derived).items():
+        print(f"{name}: {value}")
 
 
 def _cmd_notebook_sync(args) -> None:

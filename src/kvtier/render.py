@@ -32,7 +32,18 @@ def _execute(notebook: Path, executed: Path, parameters: dict, cwd: Path, cell_t
                 execution_timeout=cell_timeout_s, progress_bar=False, log_output=False, report_mode=False,
             )
         except papermill.PapermillExecutionError as exc:
-            raise KvtierError(f"{notebook}: cell {exc.exec_count} failed: {exc.ename}: {exc.evalue}") from None
+            raise KvtierError(f"{notebook}: cell In [{exc.exec_count}] failed: {exc.ename}: {exc.evalue}") from None
+
+
+def _snapshot(folder: Path) -> dict[Path, int]:
+    return {p: p.stat().st_mtime_ns for p in folder.iterdir() if p.is_file()}
+
+
+def _remove_written_since(folder: Path, before: dict[Path, int]) -> None:
+    """Undo a failed render: remove what it wrote, so no page mixes a new run's files with an old run's."""
+    for path, mtime in _snapshot(folder).items():
+        if before.get(path) != mtime:
+            path.unlink(missing_ok=True)
 
 
 def render(item: str, notebook: str | os.PathLike, out_dir: str | os.PathLike, parameters: dict,
@@ -46,11 +57,17 @@ def render(item: str, notebook: str | os.PathLike, out_dir: str | os.PathLike, p
             raise KvtierError(f"{path}: input of {item} not found")
     out_dir.mkdir(parents=True, exist_ok=True)
     started = dt.datetime.now(dt.timezone.utc)
-
-    executed = out_dir / f"{item}.ipynb"
-    _execute(notebook, executed, parameters, cwd, cell_timeout_s)
-    body, _ = HTMLExporter(template_name=html_template).from_notebook_node(nbformat.read(executed, as_version=4))
-    html = write_text(out_dir / f"{item}.html", body)
+    # The manifest is written last and seals the folder: without it the item counts as not rendered.
+    (out_dir / MANIFEST_NAME).unlink(missing_ok=True)
+    before = _snapshot(out_dir)
+    try:
+        executed = out_dir / f"{item}.ipynb"
+        _execute(notebook, executed, parameters, cwd, cell_timeout_s)
+        body, _ = HTMLExporter(template_name=html_template).from_notebook_node(nbformat.read(executed, as_version=4))
+        html = write_text(out_dir / f"{item}.html", body)
+    except BaseException:
+        _remove_written_since(out_dir, before)
+        raise
 
     outputs = sorted(p for p in out_dir.iterdir() if p.is_file() and p.name != MANIFEST_NAME
                      and not p.name.startswith("."))
