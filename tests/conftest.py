@@ -30,11 +30,19 @@ def run(cmd: list[str], cwd: Path, check: bool = True, timeout: float = 900) -> 
     return proc
 
 
+NOT_PROJECT = {".venv", ".snakemake", ".git", "logs", "__pycache__", ".pytest_cache"}
+
+
 def project_files() -> list[str]:
     """Files a fresh clone would have, plus files not yet committed (but never ignored ones)."""
-    out = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"], cwd=ROOT,
-                         capture_output=True, text=True, check=True).stdout
-    return [f for f in out.split("\0") if f and (ROOT / f).exists()]
+    try:
+        out = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"], cwd=ROOT,
+                             capture_output=True, text=True, check=True).stdout
+        return [f for f in out.split("\0") if f and (ROOT / f).exists()]
+    except (OSError, subprocess.CalledProcessError):  # not a git checkout: an unpacked release
+        return [str(p.relative_to(ROOT)) for p in ROOT.rglob("*")
+                if p.is_file() and not NOT_PROJECT & set(p.relative_to(ROOT).parts)
+                and (p.parts[len(ROOT.parts)] != "evidence" or p.name == "README.md")]
 
 
 def copy_project(dest: Path) -> Path:

@@ -39,18 +39,18 @@ def relative_to(readings: pd.DataFrame, tier: str, baseline: str) -> pd.DataFram
     both = readings[readings["tier"] == tier].merge(readings[readings["tier"] == baseline], on="concurrency",
                                                      suffixes=("_tier", "_base"))
     both = both.dropna(subset=["ttft_p50_s_tier", "ttft_p50_s_base"], how="any")
-    out = pd.DataFrame({
+    out = pd.DataFrame({  # derived figures first, the readings they come from after
         "concurrency": both["concurrency"].astype("int64"),
         "tier": tier,
         "baseline": baseline,
-        "baseline_ttft_p50_s": both["ttft_p50_s_base"],
-        "tier_ttft_p50_s": both["ttft_p50_s_tier"],
         "ttft_p50_reduction_pct": 100 * (both["ttft_p50_s_base"] - both["ttft_p50_s_tier"])
         / both["ttft_p50_s_base"],
         "ttft_p50_speedup": both["ttft_p50_s_base"] / both["ttft_p50_s_tier"],
-        "baseline_output_tok_s": both["output_tok_s_base"],
-        "tier_output_tok_s": both["output_tok_s_tier"],
         "output_tok_s_gain_pct": 100 * (both["output_tok_s_tier"] / both["output_tok_s_base"] - 1),
+        "tier_ttft_p50_s": both["ttft_p50_s_tier"],
+        "baseline_ttft_p50_s": both["ttft_p50_s_base"],
+        "tier_output_tok_s": both["output_tok_s_tier"],
+        "baseline_output_tok_s": both["output_tok_s_base"],
     })
     return out.sort_values("concurrency").reset_index(drop=True)
 
