@@ -1,4 +1,4 @@
-"""kvtier: replay, audit and rerun KV-cache tiering evidence."""
+"""kvtier: reproducible evidence for KV-cache tiering in LLM serving."""
 
 from __future__ import annotations
 
