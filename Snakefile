@@ -9,6 +9,7 @@ configfile: "config/config.yaml"
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/replay.smk"
+include: "workflow/rules/audit.smk"
 include: "workflow/rules/index.smk"
 
 

@@ -15,7 +15,7 @@ def test_default_config_is_valid_and_complete():
 def test_defaults_are_filled_from_the_schema():
     cfg = config.validate({})
     assert cfg == {"published_dir": "raw_data/published", "evidence_dir": "evidence", "replay": {"items": ["R2"]},
-                   "render": {"cell_timeout_s": 600, "chart_png_scale": 2, "html_template": "lab"}}
+                   "audit": {"enabled": True}, "render": {"cell_timeout_s": 600, "chart_png_scale": 2, "html_template": "lab"}}
 
 
 @pytest.mark.parametrize("cfg, named", [
@@ -26,6 +26,7 @@ def test_defaults_are_filled_from_the_schema():
     ({"render": {"cell_timeout_s": 0}}, ["render.cell_timeout_s", "0", "minimum"]),
     ({"replay": {"items": ["R99"]}}, ["replay.items.0", "'R99'"]),
     ({"replay": "R2"}, ["replay", "'R2'", "object"]),
+    ({"audit": {"enabled": "yes"}}, ["audit.enabled", "'yes'", "boolean"]),
 ])
 def test_bad_config_is_refused_naming_key_and_value(cfg, named):
     with pytest.raises(KvtierError) as err:

@@ -65,7 +65,7 @@ GOOD = "tier,concurrency,ttft_p50_s,output_tok_s\nshared_pool,8,7.53,56.6\n"
     (GOOD + "local_disk,8,0,1\n", ["line 3", "'ttft_p50_s'", "'0'", "positive", "empty"]),
     (GOOD + "local_disk,8,1.2.3,1\n", ["line 3", "'ttft_p50_s'", "not a number"]),
     (GOOD + "local_disk,8,1\n", ["line 3", "3 cells", "header has 4"]),
-    (GOOD + "shared_pool,8,7.5,56\n", ["line 3", "'shared_pool' at concurrency 8", "line 2"]),
+    (GOOD + "shared_pool,8,7.5,56\n", ["line 3", "tier 'shared_pool' at concurrency 8", "line 2"]),
     (GOOD + ",8,1,1\n", ["line 3", "'tier' is empty"]),
     ("tier,concurrency,ttft_p50_s,output_tok_s\n", ["no readings"]),
 ])
@@ -83,3 +83,15 @@ def test_malformed_readings_are_refused_naming_file_line_and_column(tmp_path, te
 def test_missing_readings_file_is_named(tmp_path):
     with pytest.raises(KvtierError, match=re.escape(f"{tmp_path / 'nope.csv'}: file not found")):
         load_readings(tmp_path / "nope.csv")
+
+
+def test_document_000_table_is_transcribed_cell_for_cell():
+    from kvtier.published import B_SPEC, load_table
+    text = (PUBLISHED / "sources" / "000_858e5eafe124bac5.txt").read_text(encoding="utf-8")
+    printed = [line.split("\t") for line in text.splitlines() if line.count("\t") == 3][1:]  # after the header
+    table = load_table(PUBLISHED / B_SPEC.file, B_SPEC)
+    regenerated = [[str(r.concurrency), f"{r.vram_ttft_s:.1f}", f"{r.offload_ttft_s:.1f}",
+                    f"{r.improvement_pct:+.0f}%"] for r in table.itertuples()]
+    assert regenerated == printed
+    provenance = load_yaml(PUBLISHED / "B_provenance.yaml")
+    assert sha256_file(PUBLISHED / "sources" / provenance["source"]["document"]) == provenance["source"]["sha256"]

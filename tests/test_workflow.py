@@ -1,6 +1,7 @@
 """Real Snakemake on a temporary copy of the project: the default target, lint, bad configs, reruns."""
 
 import base64
+import json
 import re
 import shutil
 
@@ -14,6 +15,8 @@ from kvtier.evidence_io import read_table
 
 pytestmark = pytest.mark.workflow
 
+AUDIT_OUTPUTS = ["audit.html", "audit.ipynb", "verdicts.json", "verdicts.csv", "cross_checks.json",
+                 "cross_checks.csv", "manifest.json"]
 R2_OUTPUTS = ["R2.html", "R2.ipynb", "R2_table.csv", "R2_pool_vs_local_disk.csv", "R2_vs_recompute.csv",
               "R2_chart.png", "R2_chart.svg", "manifest.json"]
 
@@ -55,6 +58,21 @@ def test_default_target_renders_R2_and_the_index(built):
     assert len(inline) == 1 and "TTFT p50" in base64.b64decode(inline[0]).decode()
 
 
+def test_default_target_renders_the_audit(built):
+    for name in AUDIT_OUTPUTS:
+        assert (built / "evidence" / "audit" / name).stat().st_size > 0, name
+    assert 'href="audit/audit.html"' in (built / "evidence" / "index.html").read_text()
+    page = (built / "evidence" / "audit" / "audit.html").read_text()
+    assert "MISMATCH" in page and "000-table-c8-offload-ttft" in page
+
+
+def test_rendered_verdicts_equal_what_the_package_computes(built):
+    from kvtier.audit import audit, ledger, load_tables, report
+    published = built / "raw_data" / "published"
+    expected = report.verdict_records(audit(ledger.load(published / "claims.yaml"), load_tables(published)))
+    assert json.loads((built / "evidence" / "audit" / "verdicts.json").read_text()) == expected
+
+
 def test_rendered_csvs_equal_what_the_package_computes(built):
     derived = r2.load(built / "raw_data" / "published")
     for name, frame in [("table", derived.table), ("pool_vs_local", derived.pool_vs_local),
@@ -65,7 +83,6 @@ def test_rendered_csvs_equal_what_the_package_computes(built):
 
 
 def test_manifest_hashes_the_raw_inputs_and_names_the_notebook(built):
-    import json
     manifest = json.loads((built / "evidence" / "R2" / "manifest.json").read_text())
     assert manifest["made_by"]["notebook"]["path"] == "notebooks/R2.ipynb"
     assert {i["path"] for i in manifest["inputs"]} >= {"raw_data/published/R2_readings.csv"}
@@ -81,14 +98,15 @@ def test_changing_one_reading_rerenders_R2_and_nothing_unrelated(built, tmp_path
     shutil.copytree(built, project, symlinks=True)
     readings = project / "raw_data" / "published" / "R2_readings.csv"
     readings.write_text(readings.read_text().replace("local_disk,8,10.17,43.9", "local_disk,8,15.06,43.9"))
-    assert jobs_of_dry_run(project) == {"render_R2": 1, "index": 1, "all": 1}
+    # The audit reads the R2 readings too, so it is re-rendered; nothing else is.
+    assert jobs_of_dry_run(project) == {"render_R2": 1, "render_audit": 1, "index": 1, "all": 1}
     run(["snakemake", "--cores", "2"], cwd=project)
     changed = read_table(project / "evidence" / "R2" / "R2_pool_vs_local_disk.csv").set_index("concurrency")
     assert changed.loc[8, "ttft_p50_reduction_pct"] == pytest.approx(50.0)
 
 
 def test_fresh_copy_dry_run_and_lint_are_clean(project_copy):
-    assert jobs_of_dry_run(project_copy) == {"render_R2": 1, "index": 1, "all": 1}
+    assert jobs_of_dry_run(project_copy) == {"render_R2": 1, "render_audit": 1, "index": 1, "all": 1}
     lint = run(["snakemake", "--lint"], cwd=project_copy, check=False)
     assert lint.returncode == 0, lint.stdout + lint.stderr
     assert "Lints for" not in lint.stdout + lint.stderr
@@ -106,6 +124,7 @@ def test_bad_config_stops_the_run_before_anything_is_written(project_copy, bad, 
     assert named in proc.stdout + proc.stderr
     assert "bad.yaml" in proc.stdout + proc.stderr
     assert not (project_copy / "evidence" / "R2").exists()
+    assert not (project_copy / "evidence" / "audit").exists()
     assert not (project_copy / "evidence" / "index.html").exists()
 
 
@@ -117,3 +136,17 @@ def test_the_run_never_rewrites_published_readings(built):
             assert copy.read_bytes() == original.read_bytes(), copy
     assert {p.relative_to(built) for p in (built / "raw_data" / "published").rglob("*")} == \
         {p.relative_to(ROOT) for p in published.rglob("*")}
+
+
+def test_changing_the_ledger_rerenders_only_the_audit(built, tmp_path):
+    project = tmp_path / "kvtier"
+    shutil.copytree(built, project, symlinks=True)
+    claims = project / "raw_data" / "published" / "claims.yaml"
+    claims.write_text(claims.read_text().replace("claimed: 192\n", "claimed: 193\n"))
+    assert jobs_of_dry_run(project) == {"render_audit": 1, "index": 1, "all": 1}
+
+
+def test_audit_can_be_switched_off(project_copy):
+    (project_copy / "no_audit.yaml").write_text("audit: {enabled: false}\n")
+    out = run(["snakemake", "-n", "--cores", "1", "--configfile", "no_audit.yaml"], cwd=project_copy).stdout
+    assert "render_audit" not in out and "render_R2" in out

@@ -10,6 +10,16 @@ class Item:
     id: str
     title: str
     summary: str
+    slug: str = ""  # folder and page name under evidence/, when it is not the id
+
+    @property
+    def page(self) -> str:
+        name = self.slug or self.id
+        return f"{name}/{name}.html"
+
+    @property
+    def folder(self) -> str:
+        return self.slug or self.id
 
 
 CATALOG = (
@@ -25,7 +35,8 @@ CATALOG = (
     Item("R7", "G2 single-node baseline", "storage bandwidth and recompute baseline"),
     Item("R8", "The package itself", "patches, versions, hashes, manifest"),
     Item("R9", "Model-weight load time per tier", "published: 6.2–9.3× on Atlas 910B"),
-    Item("A", "Claims audit", "every numeric claim of both documents, recomputed, with a verdict"),
+    Item("A", "Claims audit", "every numeric claim of both documents, recomputed from the published readings, "
+         "with a verdict and cross-checks", slug="audit"),
     Item("B", "Engine memory vs offload boundary", "where engine memory beats offload, by concurrency × context, "
          "under a TTFT SLA"),
 )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from .errors import KvtierError
 
@@ -63,6 +64,20 @@ def _cmd_notebook_sync(args) -> None:
         print(f"wrote {notebooks.sync(py)}")
 
 
+def _cmd_audit(args) -> None:
+    from .audit import crosschecks, ledger, load_tables, report
+    from .audit import audit as run_audit
+    from .published import R2_SPEC, load_table
+    claims = ledger.load(args.claims, args.published_dir)
+    local = {"R2": load_table(Path(args.runs) / R2_SPEC.file, R2_SPEC)} if args.runs else None
+    results = run_audit(claims, load_tables(args.published_dir), local)
+    if args.out_dir:
+        for path in report.write(results, crosschecks.all_checks(results), args.out_dir):
+            print(f"wrote {path}")
+    for verdict, n in report.counts(results).items():
+        print(f"{verdict:>13}: {n}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kvtier", description=__doc__.splitlines()[0] if __doc__ else None)
     from . import __version__
@@ -94,6 +109,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("r2", help="print the published R2 table regenerated from its readings, and the derived figures")
     p.add_argument("--published-dir", default="raw_data/published")
     p.set_defaults(func=_cmd_r2)
+
+    p = sub.add_parser("audit", help="give every registered claim a verdict against the published readings")
+    p.add_argument("--claims", default="raw_data/published/claims.yaml", help="the claims ledger")
+    p.add_argument("--published-dir", default="raw_data/published", help="published readings and sources/")
+    p.add_argument("--out-dir", help="write verdicts.json/.csv and cross_checks.json/.csv here")
+    p.add_argument("--runs", metavar="DIR", help="measured readings (R2_readings.csv in DIR): re-evaluate ratio "
+                   "claims on them as a local analogue")
+    p.set_defaults(func=_cmd_audit)
 
     p = sub.add_parser("notebook-sync", help="regenerate NOTEBOOK.ipynb from its jupytext NOTEBOOK.py and "
                        "execute it, keeping the outputs that nbval checks (maintainers)")

@@ -49,12 +49,12 @@ def build(evidence_dir: str | os.PathLike, items: list[str]) -> Path:
         if entry.id not in items:
             missing.append(f"<li><b>{entry.id}</b> — {html.escape(entry.title)}: {html.escape(entry.summary)}</li>")
             continue
-        page = evidence_dir / entry.id / f"{entry.id}.html"
-        manifest = evidence_dir / entry.id / MANIFEST_NAME
+        page = evidence_dir / entry.page
+        manifest = evidence_dir / entry.folder / MANIFEST_NAME
         if not page.is_file() or not manifest.is_file():
             raise KvtierError(f"{page}: item {entry.id} has not been rendered (no page or no {MANIFEST_NAME})")
         manifests.append(json.loads(manifest.read_text(encoding="utf-8")))
-        rendered.append(f'<li><a href="{entry.id}/{entry.id}.html"><b>{entry.id}</b> — '
+        rendered.append(f'<li><a href="{entry.page}"><b>{entry.id}</b> — '
                         f"{html.escape(entry.title)}</a>: {html.escape(entry.summary)}</li>")
     unknown = sorted(set(items) - {entry.id for entry in CATALOG})
     if unknown:

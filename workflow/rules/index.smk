@@ -3,7 +3,7 @@
 
 rule index:
     input:
-        expand(f"{EVIDENCE}/{{item}}/manifest.json", item=ITEMS),
+        expand(f"{EVIDENCE}/{{folder}}/manifest.json", folder=FOLDERS),
     output:
         html=f"{EVIDENCE}/index.html",
         manifest=f"{EVIDENCE}/manifest.json",

@@ -20,6 +20,7 @@ rule render_R2:
         published=lambda wildcards, input: os.path.dirname(input.readings),
         out_dir=lambda wildcards, output: os.path.dirname(output.html),
         flags=RENDER_FLAGS,
+        png_scale=RENDER["chart_png_scale"],
     log:
         "logs/render_R2.log",
     conda:
@@ -27,4 +28,5 @@ rule render_R2:
     shell:
         "kvtier render R2 --notebook {input.notebook} --out-dir {params.out_dir} {params.flags}"
         " --param published_dir={params.published} --param out_dir={params.out_dir}"
+        " --param chart_png_scale={params.png_scale}"
         " --input {input.readings} --input {input.conditions} --input {input.provenance} > {log} 2>&1"

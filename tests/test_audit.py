@@ -1,0 +1,189 @@
+"""The claims auditor against the real ledger and readings: golden verdicts, dependence on readings, refusals."""
+
+import copy
+import json
+import os
+import re
+import shutil
+
+import pytest
+import yaml
+
+from conftest import PUBLISHED, ROOT, run
+from kvtier.audit import audit, crosschecks, ledger, load_tables, report
+from kvtier.audit.formula import Ref, expand_refs
+from kvtier.errors import KvtierError
+from kvtier.published import R2_SPEC
+
+GOLDEN = ROOT / "tests" / "golden" / "audit_verdicts.json"
+LEDGER = ledger.load(PUBLISHED / "claims.yaml")
+
+
+def records(results):
+    return report.verdict_records(results)
+
+
+def test_golden_verdicts():
+    """The auditor's whole output for the published ledger. Regenerate deliberately:
+    KVTIER_UPDATE_GOLDEN=1 python -m pytest tests/test_audit.py -k golden, then review the diff."""
+    got = records(audit(LEDGER, load_tables(PUBLISHED)))
+    if os.environ.get("KVTIER_UPDATE_GOLDEN"):
+        GOLDEN.write_text(json.dumps(got, indent=2, ensure_ascii=False) + "\n")
+    assert got == json.loads(GOLDEN.read_text())
+
+
+def test_the_ledger_is_large_and_every_verdict_occurs():
+    results = audit(LEDGER, load_tables(PUBLISHED))
+    assert len(results) > 30
+    assert set(report.counts(results)) == {r.verdict for r in results}
+
+
+def dependents(reading: Ref) -> set[str]:
+    return {c.id for c in LEDGER.claims
+            if any(reading in expand_refs(d.formula, d.over) for d in c.definitions)}
+
+
+R2_CELLS = [(row["tier"], row["concurrency"], column) for row in load_tables(PUBLISHED)["R2"].to_dict("records")
+            for column in R2_SPEC.values if row[column] == row[column]]
+
+
+@pytest.mark.parametrize("tier, concurrency, column", R2_CELLS, ids=lambda v: str(v))
+def test_changing_a_reading_changes_only_the_claims_that_use_it(tier, concurrency, column):
+    tables = load_tables(PUBLISHED)
+    before = {r["id"]: r for r in records(audit(LEDGER, tables))}
+    r2 = tables["R2"]
+    r2.loc[(r2["tier"] == tier) & (r2["concurrency"] == concurrency), column] *= 1.25
+    after = {r["id"]: r for r in records(audit(LEDGER, tables))}
+    changed = {i for i in before if before[i] != after[i]}
+    users = dependents(Ref("R2", column, (tier, concurrency)))
+    assert changed <= users, f"claims changed without using the reading: {changed - users}"
+    flipped = {i for i in changed if before[i]["verdict"] != after[i]["verdict"]}
+    # Every published cell has a transcription claim, which must notice the change.
+    assert any(i.startswith("003-table-") for i in flipped), flipped
+
+
+def test_a_changed_reading_flips_the_derived_claim_that_depends_on_it():
+    tables = load_tables(PUBLISHED)
+    r2 = tables["R2"]
+    r2.loc[(r2["tier"] == "local_disk") & (r2["concurrency"] == 16), "output_tok_s"] = 60.0
+    verdicts = {r.claim.id: r.verdict for r in audit(LEDGER, tables)}
+    baseline = {r.claim.id: r.verdict for r in audit(LEDGER, load_tables(PUBLISHED))}
+    assert {i for i in verdicts if verdicts[i] != baseline[i]} == {"003-tok-gain-vs-local",
+                                                                   "003-table-c16-local-tok"}
+
+
+def test_every_digit_of_both_documents_is_a_claim_or_explained():
+    for name, text in LEDGER.texts.items():
+        covered = [False] * len(text)
+        for claim in (c for c in LEDGER.claims if c.source == name):
+            start = text.index(claim.quote)
+            covered[start:start + len(claim.quote)] = [True] * len(claim.quote)
+        for entry in (e for e in LEDGER.not_claims if e["source"] == name):
+            for m in re.finditer(entry["pattern"], text):
+                covered[m.start():m.end()] = [True] * (m.end() - m.start())
+        missing = [f"line {text.count(chr(10), 0, i) + 1}: ...{text[max(0, i - 20):i + 20]}..."
+                   for i, ch in enumerate(text) if ch.isdigit() and not covered[i]]
+        assert not missing, f"{name}: digits in no claim and no not_claims entry:\n" + "\n".join(missing)
+
+
+def test_cross_checks_flag_what_a_reader_should_look_at():
+    checks = {(c.kind, c.subject): c for c in crosschecks.all_checks(audit(LEDGER, load_tables(PUBLISHED)))}
+    assert checks[("group", "003-raw-readings-table")].outcome == "AGREES"
+    assert checks[("group", "000-boundary-table")].outcome == "DIFFERS"
+    assert checks[("range", "000-sla-ttft-range")].outcome == "COVERS LOOSELY"
+    assert checks[("same_as", "000-tok-gain-intro = 003-tok-gain-vs-local")].outcome == "DIFFERS"
+    assert checks[("same_as", "000-recompute-ttft-c16 = 003-table-c16-recompute-ttft")].outcome == "AGREES"
+    # the FAQ's concurrency bound is about throughput, the body's about TTFT
+    assert checks[("same_as", "000-faq-offload-concurrency-bound = 000-offload-concurrency-bound")].outcome == \
+        "DIFFERS"
+
+
+def test_ratio_claims_are_re_evaluated_on_local_runs_and_absolute_ones_never(tmp_path):
+    local = load_tables(PUBLISHED)["R2"].copy()
+    local["ttft_p50_s"] *= 0.01  # a much faster machine: absolute figures mean nothing, ratios still do
+    local["output_tok_s"] *= 100
+    results = {r.claim.id: r for r in audit(LEDGER, load_tables(PUBLISHED), {"R2": local})}
+    gain = results["003-tok-gain-vs-local"].local
+    assert gain["status"] == "evaluated" and gain["definitions"][0]["matches"] is True
+    assert results["003-table-c8-pool-ttft"].local["status"] == "not compared"
+    assert "absolute" in results["003-table-c8-pool-ttft"].local["why"]
+    assert results["000-table-c8-improvement"].local["status"] == "not compared"  # needs B, not measured locally
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# A malformed ledger is refused whole, naming the claim and the field.
+
+def published_copy(tmp_path, mutate):
+    target = tmp_path / "published"
+    shutil.copytree(PUBLISHED, target)
+    raw = yaml.safe_load((PUBLISHED / "claims.yaml").read_text())
+    mutate(raw)
+    (target / "claims.yaml").write_text(yaml.safe_dump(raw, allow_unicode=True, sort_keys=False))
+    return target
+
+
+def claim(raw, ident):
+    return next(c for c in raw["claims"] if c["id"] == ident)
+
+
+BAD_LEDGERS = {
+    "unknown field": (lambda raw: claim(raw, "003-pool-ttft-c16").update(formla="x"),
+                      "claim '003-pool-ttft-c16': unknown field 'formla'"),
+    "missing formula": (lambda raw: claim(raw, "003-pool-ttft-c16").pop("formula"),
+                        "claim '003-pool-ttft-c16': missing field 'formula'"),
+    "unknown column": (lambda raw: claim(raw, "003-pool-ttft-c16").update(formula="R2.ttft_p90_s[shared_pool, 16]"),
+                       "claim '003-pool-ttft-c16': field 'formula': unknown column 'ttft_p90_s' of table R2"),
+    "unknown tier": (lambda raw: claim(raw, "003-pool-ttft-c16").update(formula="R2.ttft_p50_s[fx100, 16]"),
+                     "claim '003-pool-ttft-c16': field 'formula': unknown tier 'fx100'"),
+    "unknown tier in a definition": (
+        lambda raw: claim(raw, "003-speedup-vs-recompute")["definitions"][1].update(
+            formula="R2.ttft_p50_s[vram, c]"),
+        "claim '003-speedup-vs-recompute': field 'definitions[1].formula': unknown tier 'vram'"),
+    "quote not in the document": (lambda raw: claim(raw, "003-pool-ttft-c16").update(quote="降到 11.58 s"),
+                                  "claim '003-pool-ttft-c16': field 'quote': '降到 11.58 s' occurs 0 times"),
+    "quote in another document": (lambda raw: claim(raw, "003-pool-ttft-c16").update(quote="而 FX100 方案为 11.85s"),
+                                  "claim '003-pool-ttft-c16': field 'quote'"),
+    "same_as not mutual": (lambda raw: claim(raw, "000-pool-ttft-c16")["same_as"].remove("003-pool-ttft-c16"),
+                           "claim '000-pool-ttft-c16': field 'same_as': must list '003-pool-ttft-c16' back"),
+    "duplicate id": (lambda raw: raw["claims"].append(copy.deepcopy(claim(raw, "003-pool-ttft-c16"))),
+                     "claim '003-pool-ttft-c16': field 'id': used by more than one claim"),
+    "c without over": (lambda raw: claim(raw, "003-tok-gain-vs-local").pop("over"),
+                       "claim '003-tok-gain-vs-local': field 'formula': uses c"),
+    "range needs two ends": (lambda raw: claim(raw, "003-tok-gain-vs-local").update(claimed=29),
+                             "claim '003-tok-gain-vs-local': field 'claimed' = 29: rule 'range' needs [low, high]"),
+    "wrong type": (lambda raw: claim(raw, "003-pool-ttft-c16").update(scale="huge"),
+                   "claim '003-pool-ttft-c16': field 'scale' = 'huge'"),
+    "unknown evidence item": (lambda raw: claim(raw, "003-pool-ttft-c16").update(evidence=["R10"]),
+                              "claim '003-pool-ttft-c16': field 'evidence.0' = 'R10'"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_LEDGERS, ids=list(BAD_LEDGERS))
+def test_malformed_ledger_is_refused_naming_claim_and_field(tmp_path, case):
+    mutate, message = BAD_LEDGERS[case]
+    published = published_copy(tmp_path, mutate)
+    with pytest.raises(KvtierError) as err:
+        ledger.load(published / "claims.yaml")
+    assert message in str(err.value)
+
+
+def test_cli_refuses_a_malformed_ledger_and_writes_nothing(tmp_path):
+    published = published_copy(tmp_path, BAD_LEDGERS["unknown column"][0])
+    out = tmp_path / "out"
+    proc = run(["kvtier", "audit", "--claims", str(published / "claims.yaml"), "--published-dir", str(published),
+                "--out-dir", str(out)], cwd=tmp_path, check=False)
+    assert proc.returncode == 2
+    assert "003-pool-ttft-c16" in proc.stderr and "ttft_p90_s" in proc.stderr
+    assert not out.exists()
+
+
+def test_cli_writes_verdicts_and_cross_checks(tmp_path):
+    proc = run(["kvtier", "audit", "--out-dir", str(tmp_path)], cwd=ROOT)
+    assert "MISMATCH" in proc.stdout
+    verdicts = json.loads((tmp_path / "verdicts.json").read_text())
+    assert isinstance(verdicts, list) and len(verdicts) == len(LEDGER.claims)
+    for key in ("id", "source", "quote", "evidence", "verdict", "claimed", "recomputed", "explanation"):
+        assert all(key in v for v in verdicts)
+    csv_lines = (tmp_path / "verdicts.csv").read_text().splitlines()
+    assert csv_lines[0].startswith("id,source,evidence,verdict") and len(csv_lines) > len(verdicts)
+    assert (tmp_path / "cross_checks.csv").is_file()
