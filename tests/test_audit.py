@@ -187,3 +187,15 @@ def test_cli_writes_verdicts_and_cross_checks(tmp_path):
     csv_lines = (tmp_path / "verdicts.csv").read_text().splitlines()
     assert csv_lines[0].startswith("id,source,evidence,verdict") and len(csv_lines) > len(verdicts)
     assert (tmp_path / "cross_checks.csv").is_file()
+
+
+def test_cli_re_evaluates_ratio_claims_on_a_runs_directory(tmp_path):
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    (runs / "R2_readings.csv").write_text("tier,concurrency,ttft_p50_s,output_tok_s\n"
+                                          "shared_pool,8,0.5,120\nlocal_disk,8,0.8,100\n")
+    run(["kvtier", "audit", "--runs", str(runs), "--out-dir", str(tmp_path / "out")], cwd=ROOT)
+    verdicts = {v["id"]: v for v in json.loads((tmp_path / "out" / "verdicts.json").read_text())}
+    local = verdicts["003-tok-gain-vs-local"]["local"]["definitions"][0]
+    assert local["values"] == [{"c": 8, "value": pytest.approx(20.0)}] and local["missing"] == [16, 32]
+    assert verdicts["003-table-c8-pool-ttft"]["local"]["status"] == "not compared"
