@@ -63,9 +63,12 @@ def findings_markdown(results: list[ClaimResult]) -> str:
                     key=lambda r: (order[r.verdict], r.claim.id)):
         c = r.claim
         cited = ", ".join(c.evidence) or "none"
+        body = r.summary + ("\n" if r.definitions else "") + "".join(f"\n- {line}" for line in r.definitions)
+        if c.note:
+            body += f"\n\n*Note:* {c.note}"
         blocks.append(
             f"#### {r.verdict} · `{c.id}`\n\n"
             f"> {c.quote.replace(chr(9), ' · ')}\n\n"
             f"Document `{c.source}` · cites {cited} · claimed **{json.dumps(c.claimed, ensure_ascii=False)}**\n\n"
-            f"{r.explanation}\n")
+            f"{body}\n")
     return "\n".join(blocks)

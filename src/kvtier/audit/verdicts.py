@@ -97,8 +97,14 @@ class ClaimResult:
     claim: Claim
     verdict: str
     outcomes: list[Outcome]
-    explanation: str
+    summary: str                 # what was compared and how it came out
+    definitions: list[str]       # one line per definition, for AMBIGUOUS claims
     local: dict | None = None
+
+    @property
+    def explanation(self) -> str:
+        text = " | ".join([self.summary, *self.definitions])
+        return f"{text} Note: {self.claim.note}" if self.claim.note else text
 
     def recomputed_text(self) -> str:
         """The recomputed value(s) as a reader would write them; one per definition for AMBIGUOUS claims."""
@@ -154,7 +160,8 @@ def _unchecked_reason(outcome: Outcome, ledger: Ledger) -> str:
     return f"the readings it needs were not published: {outcome.formula} has no value at any c"
 
 
-def _decide(claim: Claim, outcomes: list[Outcome], ledger: Ledger) -> tuple[str, str]:
+def _decide(claim: Claim, outcomes: list[Outcome], ledger: Ledger) -> tuple[str, str, list[str]]:
+    """(verdict, summary, one line per definition of an AMBIGUOUS claim)."""
     if claim.ambiguous:
         lines = []
         for o in outcomes:
@@ -163,19 +170,18 @@ def _decide(claim: Claim, outcomes: list[Outcome], ledger: Ledger) -> tuple[str,
                 lines.append(f"{o.name}: {o.formula} = {_values_text(o)} → {o.comparison.text}, {state}")
             else:
                 lines.append(f"{o.name}: {o.formula}: {_unchecked_reason(o, ledger)}")
-        return "AMBIGUOUS", (f"The text admits {len(outcomes)} definitions; claimed {_fmt(claim.claimed)}. "
-                             + " | ".join(lines))
+        return "AMBIGUOUS", f"The text admits {len(outcomes)} definitions; claimed {_fmt(claim.claimed)}.", lines
     o = outcomes[0]
     if not o.evaluated:
-        return "UNCHECKED", f"Claimed {_fmt(claim.claimed)}; {_unchecked_reason(o, ledger)}."
+        return "UNCHECKED", f"Claimed {_fmt(claim.claimed)}; {_unchecked_reason(o, ledger)}.", []
     detail = f" ({o.comparison.detail})" if o.comparison.detail else ""
     body = f"{o.formula} = {_values_text(o)}{detail}"
     if o.comparison.matches:
-        return "REPRODUCED", f"Claimed {_fmt(claim.claimed)}; {body}."
+        return "REPRODUCED", f"Claimed {_fmt(claim.claimed)}; {body}.", []
     if claim.role == "nearest":
         return "NOT-DERIVABLE", (f"Claimed {_fmt(claim.claimed)}; no reading or ratio of readings yields it. "
-                                 f"Nearest derivable quantity: {body}.")
-    return "MISMATCH", f"Claimed {_fmt(claim.claimed)}, recomputed {o.comparison.text}: {body}."
+                                 f"Nearest derivable quantity: {body}."), []
+    return "MISMATCH", f"Claimed {_fmt(claim.claimed)}, recomputed {o.comparison.text}: {body}.", []
 
 
 def _claimed_of(ledger: Ledger):
@@ -205,9 +211,7 @@ def audit(ledger: Ledger, tables: dict[str, pd.DataFrame],
     results = []
     for claim in ledger.claims:
         outcomes = [_evaluate(claim, d, lookup, claimed_of) for d in claim.definitions]
-        verdict, explanation = _decide(claim, outcomes, ledger)
-        if claim.note:
-            explanation += f" Note: {claim.note}"
+        verdict, summary, definitions = _decide(claim, outcomes, ledger)
         local = _local(claim, local_lookup, claimed_of) if local_lookup else None
-        results.append(ClaimResult(claim, verdict, outcomes, explanation, local))
+        results.append(ClaimResult(claim, verdict, outcomes, summary, definitions, local))
     return results
