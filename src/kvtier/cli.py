@@ -78,6 +78,46 @@ def _cmd_audit(args) -> None:
         print(f"{verdict:>13}: {n}")
 
 
+def _cmd_bench(args) -> None:
+    from .bench.runner import BenchConfig, Runner
+    metrics_urls = {}
+    for pair in args.metrics:
+        name, sep, url = pair.partition("=")
+        if not sep or not name:
+            raise KvtierError(f"--metrics {pair!r}: expected NAME=URL, e.g. vllm=http://127.0.0.1:8000/metrics")
+        metrics_urls[name] = url
+    if args.resume:
+        run = json.loads((Path(args.resume) / "run.json").read_text()) if (Path(args.resume) / "run.json").is_file() \
+            else None
+        if run is None:
+            raise KvtierError(f"{args.resume}: no run.json to resume")
+        cfg, run_dir = BenchConfig(**run["config"]), args.resume
+    else:
+        if not args.base_url or not args.model or not args.run_dir:
+            raise KvtierError("--base-url, --model and --run-dir are required (or --resume RUN_DIR)")
+        cfg = BenchConfig(
+            base_url=args.base_url, model=args.model, workload=args.workload, endpoint=args.endpoint,
+            concurrency=args.concurrency, rate_per_s=args.rate, sessions=args.sessions,
+            context_tokens=args.context_tokens, followup_tokens=args.followup_tokens,
+            output_tokens=args.output_tokens, requests=args.requests, input_tokens=args.input_tokens,
+            trace=args.trace, time_scale=args.time_scale, length_scale=args.length_scale,
+            max_requests=args.max_requests, max_input_tokens=args.max_input_tokens, seed=args.seed,
+            timeout_s=args.timeout_s, ttft_sla_s=args.ttft_sla_s, metrics_urls=metrics_urls, evict=args.evict)
+        run_dir = args.run_dir
+    try:
+        result = Runner(cfg, run_dir, resume=bool(args.resume)).run()
+    except KeyboardInterrupt:
+        print(f"kvtier: interrupted; {run_dir} is marked incomplete (resume with --resume {run_dir})",
+              file=sys.stderr)
+        raise SystemExit(130) from None
+    for window in result["windows"]:
+        ttft = window["ttft_s"] or {}
+        print(f"{window['window']:>14}: {window['requests']['ok']}/{window['requests']['total']} ok, "
+              f"TTFT p50 {ttft.get('p50', float('nan')):.4f} s, "
+              f"output {window['output_tok_s']['aggregate'] or 0:.1f} tok/s")
+    print(f"wrote {Path(run_dir) / 'summary.json'}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kvtier", description=__doc__.splitlines()[0] if __doc__ else None)
     from . import __version__
@@ -117,6 +157,36 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--runs", metavar="DIR", help="measured readings (R2_readings.csv in DIR): re-evaluate ratio "
                    "claims on them as a local analogue")
     p.set_defaults(func=_cmd_audit)
+
+    p = sub.add_parser("bench", help="measure an OpenAI-compatible server: cold-resume sessions, random requests "
+                       "or a trace replay, into a run directory", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--base-url", help="server, e.g. http://127.0.0.1:8000")
+    p.add_argument("--model", help="served model name")
+    p.add_argument("--run-dir", help="new run directory (raw_data/runs/<run_id>)")
+    p.add_argument("--resume", metavar="RUN_DIR", help="resume an incomplete run (its config is reused)")
+    p.add_argument("--workload", choices=("cold-resume", "random", "trace"), default="cold-resume")
+    p.add_argument("--endpoint", choices=("completions", "chat"), default="completions")
+    p.add_argument("--concurrency", type=int, nargs="+", default=[8, 16, 32], help="closed-loop concurrencies")
+    p.add_argument("--rate", type=float, help="open loop: Poisson arrivals at this many requests/s (random)")
+    p.add_argument("--sessions", type=int, default=16, help="cold-resume sessions")
+    p.add_argument("--context-tokens", type=int, default=4096, help="tokens of each session's context")
+    p.add_argument("--followup-tokens", type=int, default=32, help="tokens of the follow-up turn")
+    p.add_argument("--output-tokens", type=int, default=32, help="tokens to generate per request")
+    p.add_argument("--requests", type=int, default=64, help="random requests per window")
+    p.add_argument("--input-tokens", type=int, default=512, help="prompt tokens of each random request")
+    p.add_argument("--trace", help="Mooncake trace (JSONL)")
+    p.add_argument("--time-scale", type=float, default=1.0, help="multiply trace arrival times")
+    p.add_argument("--length-scale", type=float, default=1.0, help="multiply trace input/output lengths")
+    p.add_argument("--max-requests", type=int, help="replay only the first N trace requests")
+    p.add_argument("--max-input-tokens", type=int, help="cap trace prompts (the server's max model length)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--timeout-s", type=float, default=600.0, help="longest a request may take")
+    p.add_argument("--ttft-sla-s", type=float, help="TTFT SLA for goodput")
+    p.add_argument("--metrics", action="append", default=[], metavar="NAME=URL",
+                   help="/metrics to snapshot around each window (repeatable), e.g. vllm=http://HOST:PORT/metrics")
+    p.add_argument("--evict", default="none",
+                   help="cold-resume eviction before each resume: none, reset-prefix-cache, or a shell command")
+    p.set_defaults(func=_cmd_bench)
 
     p = sub.add_parser("notebook-sync", help="regenerate NOTEBOOK.ipynb from its jupytext NOTEBOOK.py and "
                        "execute it, keeping the outputs that nbval checks (maintainers)")
