@@ -56,3 +56,21 @@ def copy_project(dest: Path) -> Path:
 @pytest.fixture
 def project_copy(tmp_path: Path) -> Path:
     return copy_project(tmp_path / "kvtier")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The real stack: a generated model and one vLLM CPU server per test session.
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory) -> Path:
+    from kvtier.model import ModelSpec, generate
+    return generate(tmp_path_factory.mktemp("model") / "tiny", ModelSpec(seed=0, max_positions=8192))
+
+
+@pytest.fixture(scope="session")
+def vllm_server(tiny_model, tmp_path_factory):
+    from kvtier.servers import VllmServer
+    server = VllmServer(str(tiny_model), str(tmp_path_factory.mktemp("logs") / "vllm.log"), served_name="tiny",
+                        max_model_len=8192, kv_cache_gib=1)
+    with server:
+        yield server

