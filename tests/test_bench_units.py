@@ -1,0 +1,121 @@
+"""kvtier bench's pure parts: workloads, records, statistics, /metrics parsing."""
+
+import json
+
+import pytest
+
+from conftest import ROOT
+from kvtier.bench import metrics, summary, workloads
+from kvtier.bench.records import RecordWriter, latest_per_request, new_record, read_records
+from kvtier.errors import KvtierError
+
+IDS = list(range(100, 400))
+
+
+def test_sessions_have_exact_lengths_and_share_no_prefix():
+    sessions = workloads.sessions(IDS, 8, 1000, 16, seed=3)
+    assert all(len(s.context) == 1000 and len(s.followup) == 16 for s in sessions)
+    assert len({tuple(s.context[:8]) for s in sessions}) == 8
+    assert workloads.sessions(IDS, 8, 1000, 16, seed=3)[5].context == sessions[5].context  # seeded
+    resumed = workloads.resume(sessions, 32, 8)
+    assert resumed[0].prompt == sessions[0].context + sessions[0].followup and resumed[0].output_tokens == 32
+
+
+def test_trace_replay_preserves_prefix_reuse_and_scales():
+    trace = workloads.load_trace(ROOT / "raw_data" / "traces" / "mooncake_conversation_trace.jsonl", limit=200)
+    items = workloads.trace_requests(trace, IDS, seed=1, time_scale=0.5, length_scale=0.25)
+    by_blocks = {}
+    for req, item in zip(trace, items):
+        assert len(item.prompt) == max(1, round(req.input_length * 0.25))
+        assert item.arrival_s == pytest.approx((req.timestamp_ms - trace[0].timestamp_ms) / 1000 * 0.5)
+        by_blocks.setdefault(req.hash_ids[:1], []).append(item)
+    block = round(512 * 0.25)
+    shared = [group for group in by_blocks.values() if len(group) > 1]
+    assert shared, "the conversation trace reuses prefixes"
+    for group in shared:  # same first hash id: same first block of tokens
+        assert all(item.prompt[:block] == group[0].prompt[:block] for item in group)
+
+
+def test_trace_loader_names_the_bad_line(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"timestamp": 0, "input_length": 5, "output_length": 1, "hash_ids": [1]}\nnot json\n')
+    with pytest.raises(KvtierError, match=f"{path}, line 2: not JSON"):
+        workloads.load_trace(path)
+    path.write_text('{"timestamp": 0, "input_length": 5, "output_length": 1}\n')
+    with pytest.raises(KvtierError, match="line 1: missing field 'hash_ids'"):
+        workloads.load_trace(path)
+
+
+def test_records_survive_a_torn_last_line_and_resumes_count_once(tmp_path):
+    path = tmp_path / "requests.jsonl"
+    with RecordWriter(path) as writer:
+        for segment, rid in ((1, "a"), (1, "b"), (2, "a")):
+            writer.write(new_record("run", segment, rid, "p", 1, {}))
+    with open(path, "ab") as f:
+        f.write(b'{"run_id": "run", "segm')  # the process died mid-write
+    records = list(read_records(path))
+    assert len(records) == 3
+    latest = {r["request_id"]: r["segment"] for r in latest_per_request(records)}
+    assert latest == {"a": 2, "b": 1}
+    path.write_text('{"a": 1}\ngarbage\n{"b": 2}\n')
+    with pytest.raises(KvtierError, match="line 2: not a JSON record"):
+        list(read_records(path))
+
+
+def record(send, first_token, tokens_at, end, completion, error=None):
+    r = new_record("run", 1, f"r{send}", "w", 2, {})
+    r.update(send_ns=send, first_byte_ns=first_token, first_token_ns=first_token, last_token_ns=tokens_at[-1],
+             end_ns=end, token_ns=[t - send for t in tokens_at], completion_tokens=completion, prompt_tokens=10,
+             error=error)
+    return r
+
+
+def test_window_statistics_by_hand():
+    s = 1_000_000_000
+    records = [record(0, 1 * s, [1 * s, 2 * s, 4 * s], 4 * s, 3),
+               record(1 * s, 3 * s, [3 * s, 4 * s], 5 * s, 2),
+               record(2 * s, None, [2 * s], 3 * s, 0, error={"class": "Timeout", "message": "x"})]
+    stats = summary.window_stats(records, ttft_sla_s=1.5)
+    assert stats["duration_s"] == 5.0
+    assert stats["ttft_s"]["p50"] == 1.5 and stats["ttft_s"]["count"] == 2     # 1 s and 2 s
+    assert sorted([stats["itl_s"]["min"], stats["itl_s"]["max"]]) == [1.0, 2.0]  # gaps 1, 2 and 1
+    assert stats["tpot_s"]["mean"] == pytest.approx((3 / 2 + 1 / 1) / 2)          # (4-1)/(3-1), (4-3)/(2-1)
+    assert stats["e2e_s"]["mean"] == 4.0
+    assert stats["output_tok_s"]["aggregate"] == 1.0                                # 5 tokens / 5 s
+    assert stats["requests"] == {"total": 3, "ok": 2, "failed": 1, "errors": {"Timeout": 1}}
+    assert stats["goodput"] == {"ttft_sla_s": 1.5, "requests_within_sla": 1, "fraction": 1 / 3,
+                                "requests_per_s": 0.2}
+
+
+PROM_BEFORE = """# HELP vllm:time_to_first_token_seconds x
+vllm:time_to_first_token_seconds_bucket{engine="0",le="0.1",model_name="m"} 1.0
+vllm:time_to_first_token_seconds_bucket{engine="0",le="0.5",model_name="m"} 2.0
+vllm:time_to_first_token_seconds_bucket{engine="0",le="+Inf",model_name="m"} 2.0
+vllm:time_to_first_token_seconds_count{engine="0",model_name="m"} 2.0
+vllm:time_to_first_token_seconds_sum{engine="0",model_name="m"} 0.3
+vllm:num_requests_running{engine="0",model_name="m"} 3.0
+"""
+PROM_AFTER = PROM_BEFORE.replace('le="0.1",model_name="m"} 1.0', 'le="0.1",model_name="m"} 3.0').replace(
+    'le="0.5",model_name="m"} 2.0', 'le="0.5",model_name="m"} 6.0').replace(
+    'le="+Inf",model_name="m"} 2.0', 'le="+Inf",model_name="m"} 6.0').replace(
+    "_count{engine=\"0\",model_name=\"m\"} 2.0", "_count{engine=\"0\",model_name=\"m\"} 6.0").replace(
+    "_sum{engine=\"0\",model_name=\"m\"} 0.3", "_sum{engine=\"0\",model_name=\"m\"} 1.1").replace(
+    "running{engine=\"0\",model_name=\"m\"} 3.0", "running{engine=\"0\",model_name=\"m\"} 0.0")
+
+
+def test_metrics_deltas_ignore_gauges_and_the_histogram_is_interpolated():
+    delta = metrics.deltas(metrics.parse(PROM_BEFORE), metrics.parse(PROM_AFTER))
+    assert not any("num_requests_running" in k for k in delta)
+    hist = metrics.histogram(delta, metrics.TTFT_HISTOGRAM)
+    assert hist["count"] == 4 and hist["mean_s"] == pytest.approx(0.2)
+    # 2 of 4 observations in (0, 0.1], 2 in (0.1, 0.5]: the median sits at the top of the first bucket
+    assert hist["p50_s"] == pytest.approx(0.1) and hist["p90_s"] == pytest.approx(0.1 + 0.4 * (3.6 - 2) / 2)
+    rec = summary.reconcile({"ttft_s": {"count": 4, "mean": 0.25, "p50": 0.12}}, hist)
+    assert rec["mean_difference_s"] == pytest.approx(0.05) and rec["server_count"] == 4
+
+
+def test_summary_schema_documents_every_statistic():
+    schema = json.dumps(__import__("yaml").safe_load((ROOT / "workflow/schemas/summary.schema.yaml").read_text()))
+    for word in ("Time to first token", "Inter-token latency", "Time per output token", "End-to-end latency",
+                 "goodput", "aggregate", "per_request"):
+        assert word.lower() in schema.lower()
