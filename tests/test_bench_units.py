@@ -119,3 +119,23 @@ def test_summary_schema_documents_every_statistic():
     for word in ("Time to first token", "Inter-token latency", "Time per output token", "End-to-end latency",
                  "goodput", "aggregate", "per_request"):
         assert word.lower() in schema.lower()
+
+
+def test_progress_is_drawn_on_a_terminal_and_silent_otherwise():
+    import io
+
+    from kvtier.bench.progress import Progress
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    quiet, loud = io.StringIO(), Tty()
+    for stream in (quiet, loud):
+        progress = Progress(stream=stream)
+        progress.start("resume-c8", 2)
+        progress.update(True)
+        progress.update(False)
+        progress.close()
+    assert quiet.getvalue() == ""
+    assert "resume-c8" in loud.getvalue() and "2/2  ok 1  failed 1" in loud.getvalue()
