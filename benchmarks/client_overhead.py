@@ -17,11 +17,9 @@ import argparse
 import json
 import os
 import platform
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 CLIENT_CORE, SERVER_CORE = 0, 1
@@ -37,26 +35,8 @@ def children_cpu_seconds() -> float:
     return usage.children_user + usage.children_system
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def pinned(core: int):
     return lambda: os.sched_setaffinity(0, {core})
-
-
-def start_server(port: int) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-m", "kvtier.bench.instrument", "--port", str(port), "--tokens", "4"],
-                            preexec_fn=pinned(SERVER_CORE))
-    for _ in range(100):
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return proc
-        except OSError:
-            time.sleep(0.1)
-    raise SystemExit("instrument server did not start")
 
 
 def run_client(cmd: list[str], server: subprocess.Popen) -> tuple[float, float]:
@@ -118,12 +98,14 @@ def main() -> None:
     if len(os.sched_getaffinity(0)) < 2:
         raise SystemExit("needs two cores: one for the client, one for the server")
 
+    from kvtier.bench.instrument import spawn
     from kvtier.model import ModelSpec, generate
+    from kvtier.servers import free_port
     work = Path(tempfile.mkdtemp(prefix="kvtier-overhead-"))
     tokenizer = str(generate(work / "model", ModelSpec(layers=1, hidden=64, intermediate=128, heads=2,
                                                        kv_heads=1, head_dim=32)))  # the peer needs a tokenizer
     port = free_port()
-    server = start_server(port)
+    server = spawn(port, tokens=4, core=SERVER_CORE)
     base_url = f"http://127.0.0.1:{port}"
     results = {"capacity": [], "fidelity": []}
     try:

@@ -2,38 +2,22 @@
 ends as a recorded per-request failure, never a hang or a lost record."""
 
 import json
-import socket
-import subprocess
-import sys
 import time
 
 import pytest
 
 from conftest import run
+from kvtier.bench.instrument import spawn
 from kvtier.bench.runner import BenchConfig, Runner
 from kvtier.errors import KvtierError
 from kvtier.servers import free_port
 
 
-def start_instrument(mode: str, tokens: int = 4) -> tuple[subprocess.Popen, str]:
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "kvtier.bench.instrument", "--port", str(port), "--mode", mode,
-                             "--tokens", str(tokens)])
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            return proc, f"http://127.0.0.1:{port}"
-        except OSError:
-            time.sleep(0.1)
-    proc.kill()
-    raise AssertionError("instrument server did not start")
-
-
 @pytest.fixture
 def instrument(request):
-    proc, url = start_instrument(request.param)
-    yield url
+    port = free_port()
+    proc = spawn(port, mode=request.param)
+    yield f"http://127.0.0.1:{port}"
     proc.kill()
     proc.wait()
 

@@ -4,6 +4,7 @@ import importlib.metadata
 import re
 import subprocess
 import sys
+import sysconfig
 import tomllib
 from pathlib import Path
 
@@ -70,7 +71,11 @@ def test_every_declared_dependency_is_locked():
 
 
 def test_running_environment_is_the_lock():
-    installed = {canon(d.metadata["Name"]): d.version for d in importlib.metadata.distributions()}
+    # Only what is installed in the environment itself: setuptools puts its vendored copies on sys.path once
+    # imported, and those are not packages of the environment.
+    site_packages = sysconfig.get_paths()["purelib"]
+    installed = {canon(d.metadata["Name"]): d.version
+                 for d in importlib.metadata.distributions(path=[site_packages])}
     wrong = {name: (version, installed.get(name)) for name, version in LOCK.items()
              if installed.get(name) != version}
     assert not wrong, f"installed versions differ from requirements.lock (locked, installed): {wrong}"

@@ -17,22 +17,32 @@ import json
 import os
 import subprocess
 import sys
+import tomllib
 import venv
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 LOCK = ROOT / "requirements.lock"
-INPUTS = (LOCK, ROOT / "pyproject.toml", Path(__file__).resolve())
+PYPROJECT = ROOT / "pyproject.toml"
 STAMP_NAME = "kvtier-env.json"
 INCOMPATIBLE = ("torchvision", "torchaudio", "torchcodec")
 SMOKE_IMPORTS = "import vllm, lmcache, transformers, snakemake, papermill, altair, vl_convert, kvtier"
 PYTHON = (3, 11)
 
 
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
 def fingerprint() -> dict:
+    """What the environment was built from: the lock, the package's metadata (not its test settings), this
+    script, and the interpreter."""
+    project = tomllib.loads(PYPROJECT.read_text())
+    metadata = json.dumps({k: project.get(k) for k in ("build-system", "project")}, sort_keys=True).encode()
     return {
         "python": ".".join(map(str, sys.version_info[:3])),
-        "inputs": {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in INPUTS},
+        "inputs": {LOCK.name: _sha256(LOCK.read_bytes()), "pyproject.toml [project]": _sha256(metadata),
+                   Path(__file__).name: _sha256(Path(__file__).read_bytes())},
     }
 
 

@@ -10,6 +10,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import socket
+import subprocess
+import sys
+import time
 import zlib
 
 MODES = ("ok", "malformed", "status500", "drop", "hang", "no-done")
@@ -123,6 +128,23 @@ class InstrumentServer:
     def close(self) -> None:
         if self._server is not None:
             self._server.close()
+
+
+def spawn(port: int, tokens: int = 4, mode: str = "ok", core: int | None = None,
+          ready_timeout_s: float = 20.0) -> subprocess.Popen:
+    """Start the instrument in its own process (pinned to `core` if given) and wait until it accepts."""
+    preexec = (lambda: os.sched_setaffinity(0, {core})) if core is not None else None
+    proc = subprocess.Popen([sys.executable, "-m", "kvtier.bench.instrument", "--port", str(port), "--mode", mode,
+                             "--tokens", str(tokens)], preexec_fn=preexec)
+    deadline = time.monotonic() + ready_timeout_s
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return proc
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError(f"instrument server on port {port} did not start")
 
 
 def main() -> None:
