@@ -63,27 +63,19 @@ def _kvtier_result(run_dir: Path) -> dict:
             "ttft_p50_ms": window["ttft_s"]["p50"] * 1e3, "ttft_p99_ms": window["ttft_s"]["p99"] * 1e3}
 
 
-PEER = """
-import json, sys
-from kvtier.bench.peer import vllm_bench_serve
-a = json.loads(sys.argv[1])
-r = vllm_bench_serve(**a)
-json.dump({k: r[k] for k in ("completed", "failed", "request_throughput", "duration", "median_ttft_ms",
-                              "p99_ttft_ms")}, open(a["result_dir"] + "/summary.json", "w"))
-"""
-
-
 def peer(base_url: str, work: Path, name: str, requests: int, concurrency: int | None, rate: float | None,
          tokenizer: str):
     result_dir = work / f"peer-{name}"
     result_dir.mkdir(parents=True)
+    from kvtier.bench import peer as peer_client
     spec = dict(base_url=base_url, model="instrument", tokenizer=tokenizer, input_tokens=16, output_tokens=4,
                 num_prompts=requests, result_dir=str(result_dir), concurrency=concurrency, rate_per_s=rate)
-    return [sys.executable, "-c", PEER, json.dumps(spec)], lambda: _peer_result(result_dir)
+    return peer_client.command(**spec), lambda: _peer_result(result_dir)
 
 
 def _peer_result(result_dir: Path) -> dict:
-    r = json.loads((result_dir / "summary.json").read_text())
+    from kvtier.bench.peer import RESULT_FILE
+    r = json.loads((result_dir / RESULT_FILE).read_text())
     return {"completed": r["completed"], "failed": r["failed"], "requests_per_s": r["request_throughput"],
             "duration_s": r["duration"], "ttft_p50_ms": r["median_ttft_ms"], "ttft_p99_ms": r["p99_ttft_ms"]}
 

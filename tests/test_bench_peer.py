@@ -15,8 +15,8 @@ RELATIVE, ABSOLUTE_S = 0.15, 0.015
 
 def test_ttft_p50_agrees_with_vllm_bench_serve(vllm_server, tiny_model, tmp_path):
     shape = dict(input_tokens=512, output_tokens=16, concurrency=4)
-    peer = vllm_bench_serve(vllm_server.base_url, "tiny", str(tiny_model), num_prompts=32,
-                            result_dir=tmp_path / "peer", **shape)
+    peer = vllm_bench_serve(base_url=vllm_server.base_url, model="tiny", tokenizer=str(tiny_model), num_prompts=32,
+                            result_dir=str(tmp_path / "peer"), **shape)
     assert peer["completed"] == 32
     ours = Runner(BenchConfig(base_url=vllm_server.base_url, model="tiny", workload="random", requests=32,
                               input_tokens=shape["input_tokens"], output_tokens=shape["output_tokens"],

@@ -4,15 +4,34 @@ client's own overhead."""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
+RESULT_FILE = "vllm_bench_serve.json"
 
-def vllm_bench_serve(base_url: str, model: str, tokenizer: str, input_tokens: int, output_tokens: int,
-                     num_prompts: int, result_dir: str | os.PathLike, concurrency: int | None = None,
-                     rate_per_s: float | None = None, seed: int = 1, extra: list[str] | None = None) -> dict:
-    """Run `vllm bench serve` on the random dataset (closed loop at `concurrency`, or Poisson at `rate_per_s`);
-    return its result dict (median_ttft_ms, p99_ttft_ms, request_throughput, ...)."""
+
+def command(**spec) -> list[str]:
+    """The command that runs `vllm bench serve` with `spec` (the arguments of `vllm_bench_serve`) in its own
+    process: vLLM's native modules then never load into the caller, and the peer's CPU time is its own."""
+    return [sys.executable, "-m", "kvtier.bench.peer", json.dumps(spec)]
+
+
+def vllm_bench_serve(**spec) -> dict:
+    """Run `vllm bench serve` in a subprocess (see `_run` for the arguments); return its result dict
+    (median_ttft_ms, p99_ttft_ms, request_throughput, completed, ...)."""
+    done = subprocess.run(command(**spec), capture_output=True, text=True, timeout=3600)
+    if done.returncode != 0:
+        raise RuntimeError(f"vllm bench serve failed ({done.returncode}): {done.stderr[-2000:]}")
+    return json.loads((Path(spec["result_dir"]) / RESULT_FILE).read_text())
+
+
+def _run(base_url: str, model: str, tokenizer: str, input_tokens: int, output_tokens: int,
+         num_prompts: int, result_dir: str | os.PathLike, concurrency: int | None = None,
+         rate_per_s: float | None = None, seed: int = 1, extra: list[str] | None = None) -> dict:
+    """`vllm bench serve` on the random dataset: closed loop at `concurrency`, or Poisson at `rate_per_s`."""
     from vllm.benchmarks import serve
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
@@ -23,9 +42,13 @@ def vllm_bench_serve(base_url: str, model: str, tokenizer: str, input_tokens: in
             "--dataset-name", "random", "--random-input-len", str(input_tokens),
             "--random-output-len", str(output_tokens), "--num-prompts", str(num_prompts), "--seed", str(seed),
             "--ignore-eos", "--temperature", "0", "--save-result", "--result-dir", str(result_dir),
-            "--result-filename", "vllm_bench_serve.json", "--disable-tqdm"]
+            "--result-filename", RESULT_FILE, "--disable-tqdm"]
     if concurrency is not None:
         argv += ["--max-concurrency", str(concurrency)]
     if rate_per_s is not None:
         argv += ["--request-rate", str(rate_per_s)]
     return serve.main(parser.parse_args(argv + list(extra or [])))
+
+
+if __name__ == "__main__":
+    _run(**json.loads(sys.argv[1]))
