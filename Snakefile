@@ -10,6 +10,9 @@ configfile: "config/config.yaml"
 include: "workflow/rules/common.smk"
 include: "workflow/rules/replay.smk"
 include: "workflow/rules/audit.smk"
+include: "workflow/rules/model.smk"
+include: "workflow/rules/runs.smk"
+include: "workflow/rules/measured.smk"
 include: "workflow/rules/index.smk"
 
 

@@ -139,3 +139,8 @@ def test_progress_is_drawn_on_a_terminal_and_silent_otherwise():
         progress.close()
     assert quiet.getvalue() == ""
     assert "resume-c8" in loud.getvalue() and "2/2  ok 1  failed 1" in loud.getvalue()
+
+
+def test_a_counter_born_inside_the_window_counts_from_zero():
+    after = metrics.parse('lmcache_mp_lookup_hit_l2_tokens_total{model_name="m"} 4096.0\n')
+    assert metrics.deltas({}, after) == {'lmcache_mp_lookup_hit_l2_tokens_total{model_name="m"}': 4096.0}

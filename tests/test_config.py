@@ -14,8 +14,21 @@ def test_default_config_is_valid_and_complete():
 
 def test_defaults_are_filled_from_the_schema():
     cfg = config.validate({})
-    assert cfg == {"published_dir": "raw_data/published", "evidence_dir": "evidence", "replay": {"items": ["R2"]},
-                   "audit": {"enabled": True}, "render": {"cell_timeout_s": 600, "chart_png_scale": 2, "html_template": "lab"}}
+    assert cfg["published_dir"] == "raw_data/published" and cfg["evidence_dir"] == "evidence"
+    assert cfg["replay"] == {"items": ["R2"]} and cfg["audit"] == {"enabled": True}
+    assert cfg["render"] == {"cell_timeout_s": 600, "chart_png_scale": 2, "html_template": "lab"}
+    assert cfg["model"]["path"] == "" and cfg["model"]["generate"]["dtype"] == "float32"
+    assert cfg["runs"]["tiers"] == ["recompute", "engine", "dram", "local_disk", "shared_pool"]
+    assert cfg["runs"]["concurrency"] == [8, 16, 32]
+
+
+def test_the_test_preset_is_a_valid_override():
+    merged = config.load_yaml(ROOT / "config" / "config.yaml")
+    preset = config.load_yaml(ROOT / "config" / "presets" / "test.yaml")
+    for section, values in preset.items():
+        merged[section] = {**merged.get(section, {}), **values}
+    cfg = config.validate(merged)
+    assert cfg["runs"]["campaign"] == "test" and cfg["runs"]["sessions"] < 32
 
 
 @pytest.mark.parametrize("cfg, named", [
@@ -27,6 +40,9 @@ def test_defaults_are_filled_from_the_schema():
     ({"replay": {"items": ["R99"]}}, ["replay.items.0", "'R99'"]),
     ({"replay": "R2"}, ["replay", "'R2'", "object"]),
     ({"audit": {"enabled": "yes"}}, ["audit.enabled", "'yes'", "boolean"]),
+    ({"runs": {"tiers": ["vram"]}}, ["runs.tiers.0", "'vram'"]),
+    ({"runs": {"concurrency": [0]}}, ["runs.concurrency.0", "0", "minimum"]),
+    ({"model": {"generate": {"layrs": 2}}}, ["'layrs'", "under 'model.generate'"]),
 ])
 def test_bad_config_is_refused_naming_key_and_value(cfg, named):
     with pytest.raises(KvtierError) as err:

@@ -31,8 +31,7 @@ def test_notebook_has_parameters_and_checked_headline_cells(ipynb):
     nb = nbformat.read(ipynb, as_version=4)
     parameters = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
     assert len(parameters) == 1, "exactly one papermill 'parameters' cell"
-    for name in ("published_dir", "out_dir"):
-        assert f"{name} =" in parameters[0].source
+    assert "out_dir =" in parameters[0].source, "every notebook writes its evidence to a parameterized folder"
     checked = [c for c in nb.cells if is_checked(c)]
     assert checked and all(c.outputs for c in checked), "headline cells must be committed with their outputs"
 

@@ -21,17 +21,23 @@ R2_OUTPUTS = ["R2.html", "R2.ipynb", "R2_table.csv", "R2_pool_vs_local_disk.csv"
               "R2_chart.png", "R2_chart.svg", "manifest.json"]
 
 
+# The tests run the default target with the small preset: every tier, fewer and shorter sessions.
+PRESET = ["--configfile", "config/presets/test.yaml"]
+ALL_JOBS = {"model": 1, "tier_run": 5, "campaign": 1, "render_R2_local": 1, "render_R2": 1, "render_audit": 1,
+            "index": 1, "all": 1}
+
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    """One project copy on which the default target has run."""
+    """One project copy on which the default target has run (test preset)."""
     project = copy_project(tmp_path_factory.mktemp("built") / "kvtier")
-    run(["snakemake", "--cores", "2"], cwd=project)
+    run(["snakemake", "--cores", "2", *PRESET], cwd=project, timeout=1200)
     return project
 
 
-def jobs_of_dry_run(project) -> dict[str, int]:
+def jobs_of_dry_run(project, configfiles=("config/presets/test.yaml",)) -> dict[str, int]:
     """{rule: count} from `snakemake -n`'s job stats table."""
-    out = run(["snakemake", "-n", "--cores", "1"], cwd=project).stdout
+    out = run(["snakemake", "-n", "--cores", "1", "--configfile", *configfiles], cwd=project).stdout
     if "Nothing to be done" in out:
         return {}
     stats = out.split("Job stats:", 1)[1].splitlines()
@@ -100,13 +106,13 @@ def test_changing_one_reading_rerenders_R2_and_nothing_unrelated(built, tmp_path
     readings.write_text(readings.read_text().replace("local_disk,8,10.17,43.9", "local_disk,8,15.06,43.9"))
     # The audit reads the R2 readings too, so it is re-rendered; nothing else is.
     assert jobs_of_dry_run(project) == {"render_R2": 1, "render_audit": 1, "index": 1, "all": 1}
-    run(["snakemake", "--cores", "2"], cwd=project)
+    run(["snakemake", "--cores", "2", *PRESET], cwd=project)
     changed = read_table(project / "evidence" / "R2" / "R2_pool_vs_local_disk.csv").set_index("concurrency")
     assert changed.loc[8, "ttft_p50_reduction_pct"] == pytest.approx(50.0)
 
 
 def test_fresh_copy_dry_run_and_lint_are_clean(project_copy):
-    assert jobs_of_dry_run(project_copy) == {"render_R2": 1, "render_audit": 1, "index": 1, "all": 1}
+    assert jobs_of_dry_run(project_copy) == ALL_JOBS
     lint = run(["snakemake", "--lint"], cwd=project_copy, check=False)
     assert lint.returncode == 0, lint.stdout + lint.stderr
     assert "Lints for" not in lint.stdout + lint.stderr
@@ -148,5 +154,25 @@ def test_changing_the_ledger_rerenders_only_the_audit(built, tmp_path):
 
 def test_audit_can_be_switched_off(project_copy):
     (project_copy / "no_audit.yaml").write_text("audit: {enabled: false}\n")
-    out = run(["snakemake", "-n", "--cores", "1", "--configfile", "no_audit.yaml"], cwd=project_copy).stdout
-    assert "render_audit" not in out and "render_R2" in out
+    jobs = jobs_of_dry_run(project_copy, ("config/presets/test.yaml", "no_audit.yaml"))
+    assert "render_audit" not in jobs and "render_R2" in jobs
+
+
+def test_measured_runs_are_attributed_correct_and_rendered(built):
+    from kvtier import r2_local
+    campaign = built / "raw_data" / "runs" / "test"
+    local = r2_local.load(campaign)
+    attribution = local.attribution.set_index(["tier", "concurrency"])
+    assert attribution["valid"].all(), attribution[["valid", "rule"]]
+    assert (attribution.loc["dram", "l1_hit_tokens"] > 0).all()
+    for tier in ("local_disk", "shared_pool"):
+        assert (attribution.loc[tier, "l2_hit_tokens"] > 0).all(), tier
+    assert (attribution.loc["engine", "local_cache_hit"] > 0).all()
+    correctness = local.correctness.set_index(["tier", "concurrency"])
+    assert correctness.drop(index="recompute")["all_identical"].all(), correctness
+    assert local.readings["ttft_p50_s"].notna().all()
+    assert local.conditions["pools_on_same_device"] is True
+    page = (built / "evidence" / "R2_local" / "R2_local.html").read_text()
+    assert "same device" in page and 'href="R2_local/R2_local.html"' in (built / "evidence" / "index.html").read_text()
+    rendered = read_table(built / "evidence" / "R2_local" / "R2_local_table.csv")
+    pd.testing.assert_frame_equal(rendered, local.table.reset_index(drop=True), check_dtype=False, obj="table")

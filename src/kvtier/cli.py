@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 from pathlib import Path
 
@@ -118,6 +119,31 @@ def _cmd_bench(args) -> None:
     print(f"wrote {Path(run_dir) / 'summary.json'}")
 
 
+def _cmd_model(args) -> None:
+    from dataclasses import fields
+
+    from .model import ModelSpec, generate
+    spec = ModelSpec(**{f.name: getattr(args, f.name) for f in fields(ModelSpec)})
+    print(f"wrote {generate(args.out, spec)}")
+
+
+def _cmd_tier_run(args) -> None:
+    from .tierrun import TierSettings, run_tier
+    try:
+        settings = TierSettings(**json.loads(args.settings))
+    except (ValueError, TypeError) as exc:
+        raise KvtierError(f"--settings: {exc}") from None
+    summary = run_tier(args.tier, settings, args.run_dir)
+    for window in summary["windows"]:
+        print(f"{args.tier} {window['window']}: TTFT p50 {window['ttft_s']['p50']:.4f} s")
+
+
+def _cmd_campaign(args) -> None:
+    from .campaign import aggregate
+    tables = aggregate(args.campaign_dir)
+    print(tables["attribution"][["tier", "concurrency", "valid", "rule"]].to_string(index=False))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kvtier", description=__doc__.splitlines()[0] if __doc__ else None)
     from . import __version__
@@ -188,6 +214,27 @@ def build_parser() -> argparse.ArgumentParser:
                    help="cold-resume eviction before each resume: none, reset-prefix-cache, or a shell command")
     p.set_defaults(func=_cmd_bench)
 
+    p = sub.add_parser("model", help="generate the default small Llama model locally (random weights, trained "
+                       "tokenizer; nothing from a hub)", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--out", required=True, help="model directory to write")
+    from dataclasses import fields as _fields
+
+    from .model import ModelSpec
+    for f in _fields(ModelSpec):
+        p.add_argument(f"--{f.name.replace('_', '-')}", dest=f.name, type=type(f.default), default=f.default)
+    p.set_defaults(func=_cmd_model)
+
+    p = sub.add_parser("tier-run", help="one tier's cold-resume run on real vLLM (+ LMCache): servers started, "
+                       "measured and stopped")
+    p.add_argument("tier", help="recompute, engine, dram, local_disk or shared_pool")
+    p.add_argument("--run-dir", required=True)
+    p.add_argument("--settings", required=True, help="JSON of kvtier.tierrun.TierSettings")
+    p.set_defaults(func=_cmd_tier_run)
+
+    p = sub.add_parser("campaign", help="aggregate a campaign's tier runs: R2 readings, attribution, correctness")
+    p.add_argument("campaign_dir")
+    p.set_defaults(func=_cmd_campaign)
+
     p = sub.add_parser("notebook-sync", help="regenerate NOTEBOOK.ipynb from its jupytext NOTEBOOK.py and "
                        "execute it, keeping the outputs that nbval checks (maintainers)")
     p.add_argument("py", nargs="+", help="notebooks/<item>.py")
@@ -195,13 +242,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _terminate(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # SIGTERM (Snakemake cancelling a job, a scheduler's kill) unwinds like Ctrl-C, so that servers are stopped
+    # and runs are marked incomplete instead of being left behind.
+    signal.signal(signal.SIGTERM, _terminate)
     try:
         args.func(args)
     except KvtierError as exc:
         print(f"kvtier: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"kvtier: {args.command} interrupted", file=sys.stderr)
+        return 130
     return 0
 
 

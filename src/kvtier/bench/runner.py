@@ -118,19 +118,29 @@ def preflight(cfg: BenchConfig, timeout_s: float = 10.0) -> dict:
     return next(m for m in models["data"] if m.get("id") == cfg.model)
 
 
+def reset_prefix_cache(base_url: str) -> None:
+    """Empty vLLM's prefix cache (POST /reset_prefix_cache, exposed with VLLM_SERVER_DEV_MODE=1)."""
+    request = urllib.request.Request(f"{base_url.rstrip('/')}/reset_prefix_cache", method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            body = response.read()
+    except (urllib.error.URLError, OSError) as exc:
+        raise KvtierError(f"evict: POST /reset_prefix_cache failed ({exc}); vLLM exposes it only with "
+                          "VLLM_SERVER_DEV_MODE=1") from None
+    try:
+        succeeded = json.loads(body).get("success", True) if body.strip() else True
+    except ValueError:
+        succeeded = True
+    if not succeeded:
+        raise KvtierError("evict: vLLM refused to reset its prefix cache (blocks still held by running requests)")
+
+
 def evict_hook(cfg: BenchConfig) -> Callable[[], None]:
     """The eviction step of a cold resume. The tier runner passes its own; the CLI offers two."""
     if cfg.evict == "none":
         return lambda: None
     if cfg.evict == "reset-prefix-cache":
-        def reset() -> None:
-            request = urllib.request.Request(f"{cfg.base_url.rstrip('/')}/reset_prefix_cache", method="POST")
-            try:
-                urllib.request.urlopen(request, timeout=60).read()
-            except (urllib.error.URLError, OSError) as exc:
-                raise KvtierError(f"evict: POST /reset_prefix_cache failed ({exc}); vLLM exposes it only with "
-                                  "VLLM_SERVER_DEV_MODE=1") from None
-        return reset
+        return lambda: reset_prefix_cache(cfg.base_url)
 
     def command() -> None:
         done = subprocess.run(cfg.evict, shell=True, timeout=600, capture_output=True, text=True)
@@ -165,13 +175,13 @@ def plan(cfg: BenchConfig, ids: list[int]) -> list[Phase]:
     return [Phase("trace", items, None, measured=True)]
 
 
-def _prepared(cfg: BenchConfig, endpoint: Endpoint, phase: Phase, decode) -> list[backend.Prepared]:
+def _prepared(cfg: BenchConfig, endpoint: Endpoint, phase: Phase, decode, labels: dict) -> list[backend.Prepared]:
     out = []
     for item in phase.items:
         prompt = decode(item.prompt) if cfg.endpoint == "chat" else item.prompt
         payload = backend.body(cfg.endpoint, cfg.model, prompt, item.output_tokens)
         out.append(backend.prepare(endpoint, cfg.endpoint, item.request_id, phase.name, payload,
-                                   {**item.labels, "prompt_tokens_sent": len(item.prompt)}))
+                                   {**labels, **item.labels, "prompt_tokens_sent": len(item.prompt)}))
     return out
 
 
@@ -201,9 +211,12 @@ def _snapshot(cfg: BenchConfig, run_dir: Path, window: str, when: str) -> dict[s
 
 class Runner:
     def __init__(self, cfg: BenchConfig, run_dir: str | os.PathLike, evict: Callable[[], None] | None = None,
-                 resume: bool = False, progress: bool | None = None):
+                 resume: bool = False, progress: bool | None = None, labels: dict | None = None,
+                 metadata: dict | None = None):
         cfg.check()
+        self.metadata = metadata or {}  # recorded in run.json (e.g. the tier and its pool directory)
         self.cfg, self.run_dir, self.resume = cfg, Path(run_dir), resume
+        self.labels = labels or {}  # added to every request's labels (e.g. the tier under test)
         self.evict = evict or evict_hook(cfg)
         self.progress = Progress(enabled=progress)
 
@@ -218,7 +231,7 @@ class Runner:
             run["segments"].append({"start": _now(), "end": None, "status": "running"})
             run["status"] = "running"
             return run
-        if self.run_dir.exists() and any(self.run_dir.iterdir()):
+        if (run_file).exists() or (self.run_dir / REQUESTS_FILE).exists():
             raise KvtierError(f"{self.run_dir}: already holds a run; resume it (--resume) or choose a new directory")
         self.run_dir.mkdir(parents=True, exist_ok=True)
         return {
@@ -226,7 +239,7 @@ class Runner:
             "argv": sys.argv, "config": asdict(self.cfg), "host": platform.node(), "python": platform.python_version(),
             "status": "running", "start": _now(), "end": None,
             "segments": [{"start": _now(), "end": None, "status": "running"}],
-            "phases_done": [], "windows": {},
+            "phases_done": [], "windows": {}, "metadata": self.metadata,
         }
 
     def run(self) -> dict:
@@ -245,7 +258,7 @@ class Runner:
                 for phase in phases:
                     if phase.name in run["phases_done"]:
                         continue
-                    prepared = _prepared(self.cfg, endpoint, phase, tokenizer.decode)
+                    prepared = _prepared(self.cfg, endpoint, phase, tokenizer.decode, self.labels)
                     if phase.evict_before:
                         self.evict()
                     window = {"kind": phase.items[0].phase if phase.items else phase.name,
@@ -297,15 +310,19 @@ def run_async(job) -> None:
     except ImportError:  # pragma: no cover
         loop = asyncio.new_event_loop()
     task = loop.create_task(job)
+    handled = False
     try:
         loop.add_signal_handler(signal.SIGTERM, task.cancel)
-    except (NotImplementedError, RuntimeError):  # not the main thread
+        handled = True
+    except (NotImplementedError, RuntimeError, ValueError):  # not the main thread
         pass
     try:
         loop.run_until_complete(task)
     except asyncio.CancelledError:
         raise KeyboardInterrupt("terminated") from None
     finally:
+        if handled:  # hand SIGTERM back: a closed loop must not swallow it
+            loop.remove_signal_handler(signal.SIGTERM)
         loop.close()
 
 

@@ -1,0 +1,93 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # R2_local — tiered cold resume, measured on this machine
+#
+# The published R2 table's shape (TTFT p50 and output tok/s per tier × concurrency), measured here with real
+# vLLM and the real LMCache server by the tier runs of the pipeline (`raw_data/runs/<campaign>/`). Each tier ran
+# the cold-resume protocol: populate, evict as the tier requires, resume at each concurrency. A window counts
+# only when its attribution shows that the prefix came from the tier under test; an invalid window is shown in
+# the attribution table and left out of the readings. Figures are computed by `kvtier.r2_local` and
+# `kvtier.tables`, the same code as the published R2. Absolute figures here are for this machine and model; only
+# ratios may be set beside the published ones.
+
+# %% tags=["parameters"]
+campaign_dir = "../tests/fixtures/campaign"  # a campaign's tables (R2_readings.csv, attribution.csv, ...)
+out_dir = ""  # evidence folder for the tables and chart; empty: write nothing
+chart_png_scale = 2.0
+
+# %%
+from pathlib import Path
+
+from IPython.display import SVG, Markdown, display
+
+from kvtier import charts, r2_local
+
+local = r2_local.load(campaign_dir)
+
+# %% [markdown]
+# ## Conditions
+
+# %%
+display(Markdown(r2_local.conditions_markdown(local)))
+
+# %% [markdown]
+# ## Readings: TTFT p50 (s) and output tok/s per tier × concurrency
+#
+# An empty cell is a window that was not valid (see attribution) or a tier that was not run.
+
+# %% tags=["nbval-check-output"]
+print(local.table.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+
+# %% [markdown]
+# ## Every tier against recompute
+#
+# `ttft_p50_speedup` = recompute TTFT p50 / tier TTFT p50; `output_tok_s_gain_pct` = 100 × (tier / recompute − 1).
+
+# %%
+display(local.vs_recompute.style.hide(axis="index").format(precision=3))
+
+# %% [markdown]
+# ## Shared pool against local disk
+
+# %%
+display(local.pool_vs_local.style.hide(axis="index").format(precision=3))
+
+# %% [markdown]
+# ## Attribution: which source served each window's prompt
+#
+# From the deltas of vLLM's `prompt_tokens_by_source` and LMCache's L1/L2 lookup-hit counters over the window.
+
+# %% tags=["nbval-check-output"]
+print(local.attribution[["tier", "concurrency", "valid", "rule"]].to_string(index=False))
+
+# %%
+display(local.attribution.style.hide(axis="index"))
+
+# %% [markdown]
+# ## Correctness: greedy outputs of every resume against recompute (float32 model)
+
+# %% tags=["nbval-check-output"]
+print(local.correctness.to_string(index=False))
+
+# %% [markdown]
+# ## Chart
+
+# %%
+display(SVG(charts.to_svg(charts.tier_chart(local.readings, "R2_local (measured here): tiered cold resume"))))
+
+# %%
+if out_dir:
+    for path in r2_local.write_evidence(local, out_dir, png_scale=chart_png_scale):
+        print(f"wrote {Path(path).name}")

@@ -1,0 +1,76 @@
+"""Tier runs on the real stack: interrupted, or with a server killed mid-run, they leave no process behind and
+no run directory that looks complete."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import copy_project, tool_env
+from kvtier.servers import group_members
+
+pytestmark = pytest.mark.vllm
+
+
+def processes_mentioning(text: str) -> list[int]:
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if text in cmdline.read_bytes().decode(errors="replace"):
+                found.append(int(cmdline.parent.name))
+        except OSError:
+            continue
+    return [pid for pid in found if pid != os.getpid()]
+
+
+def wait_for(path: Path, timeout_s: float = 300) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.5)
+
+
+def settle(marker: str, timeout_s: float = 60) -> list[int]:
+    deadline = time.monotonic() + timeout_s
+    while processes_mentioning(marker) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return processes_mentioning(marker)
+
+
+def test_interrupting_a_rule_stops_every_server(tmp_path):
+    project = copy_project(tmp_path / "kvtier")
+    target = "raw_data/runs/test/dram"
+    proc = subprocess.Popen(["snakemake", "--cores", "2", "--configfile", "config/presets/test.yaml", target],
+                            cwd=project, env=tool_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_for(project / target / "requests.jsonl")
+    proc.send_signal(signal.SIGINT)  # Ctrl-C
+    proc.wait(timeout=120)
+    assert settle(str(project)) == [], "an interrupted rule left servers running"
+    run = project / target / "run.json"
+    assert not run.exists() or json.loads(run.read_text())["status"] == "incomplete"
+
+
+def test_a_server_killed_mid_run_fails_the_tier_and_leaves_nothing(tiny_model, tmp_path):
+    settings = {"model_dir": str(tiny_model), "served_name": "tiny", "sessions": 4, "context_tokens": 1024,
+                "followup_tokens": 16, "output_tokens": 8, "concurrency": [2, 4], "max_model_len": 8192,
+                "engine_kv_gib": 1, "lmcache_l1_gb": 0.5, "timeout_s": 30,
+                "local_disk_path": str(tmp_path / "pool_local"), "shared_pool_path": str(tmp_path / "pool_shared")}
+    run_dir = tmp_path / "dram"
+    proc = subprocess.Popen([sys.executable, "-m", "kvtier", "tier-run", "dram", "--run-dir", str(run_dir),
+                             "--settings", json.dumps(settings)], env=tool_env(), stderr=subprocess.PIPE, text=True)
+    wait_for(run_dir / "requests.jsonl")
+    vllm = [pid for pid in processes_mentioning("vllm.entrypoints.openai.api_server")
+            if str(tiny_model) in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")]
+    assert vllm
+    pgid = os.getpgid(vllm[0])
+    os.killpg(pgid, signal.SIGKILL)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode != 0, "a tier whose server died must not pass as a result"
+    assert group_members(pgid) == []
+    assert settle(str(tmp_path)) == [], "LMCache or vLLM left running"
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "incomplete"

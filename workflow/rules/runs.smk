@@ -1,0 +1,39 @@
+# Measured tiered cold-resume runs: one rule per tier (servers started, measured, stopped), then the campaign's
+# tables. Measurements never overlap on one host: each holds the whole `measurement` resource (limit 1 in
+# workflow/profiles/default).
+
+
+rule tier_run:
+    input:
+        model=f"{MODEL_DIR}/config.json",
+    output:
+        run=directory(f"{CAMPAIGN_DIR}/{{tier}}"),
+    wildcard_constraints:
+        tier="recompute|engine|dram|local_disk|shared_pool",
+    params:
+        settings=TIER_SETTINGS,
+    resources:
+        measurement=1,
+    log:
+        f"logs/tier_run/{RUNS['campaign']}/{{tier}}.log",
+    conda:
+        "../../environment.yml"
+    shell:
+        "kvtier tier-run {wildcards.tier} --run-dir {output.run} --settings {params.settings:q} > {log} 2>&1"
+
+
+rule campaign:
+    input:
+        runs=expand(f"{CAMPAIGN_DIR}/{{tier}}", tier=RUNS["tiers"]),
+    output:
+        readings=f"{CAMPAIGN_DIR}/R2_readings.csv",
+        attribution=f"{CAMPAIGN_DIR}/attribution.csv",
+        correctness=f"{CAMPAIGN_DIR}/correctness.csv",
+    params:
+        campaign=lambda wildcards, output: os.path.dirname(output.readings),
+    log:
+        f"logs/campaign/{RUNS['campaign']}.log",
+    conda:
+        "../../environment.yml"
+    shell:
+        "kvtier campaign {params.campaign} > {log} 2>&1"
