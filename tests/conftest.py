@@ -38,7 +38,7 @@ def project_files() -> list[str]:
     try:
         out = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"], cwd=ROOT,
                              capture_output=True, text=True, check=True).stdout
-        return [f for f in out.split("\0") if f and (ROOT / f).exists()]
+        return [f for f in out.split("\0") if f and ((ROOT / f).exists() or (ROOT / f).is_symlink())]
     except (OSError, subprocess.CalledProcessError):  # not a git checkout: an unpacked release
         return [str(p.relative_to(ROOT)) for p in ROOT.rglob("*")
                 if p.is_file() and not NOT_PROJECT & set(p.relative_to(ROOT).parts)
@@ -49,7 +49,7 @@ def copy_project(dest: Path) -> Path:
     for rel in project_files():
         target = dest / rel
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(ROOT / rel, target)
+        shutil.copy2(ROOT / rel, target, follow_symlinks=False)  # profiles/default is a link
     return dest
 
 

@@ -28,10 +28,11 @@ def processes_mentioning(text: str) -> list[int]:
     return [pid for pid in found if pid != os.getpid()]
 
 
-def wait_for(path: Path, timeout_s: float = 300) -> None:
+def wait_for(path: Path, timeout_s: float = 300, proc=None) -> None:
     deadline = time.monotonic() + timeout_s
     while not path.exists():
         assert time.monotonic() < deadline, f"{path} never appeared"
+        assert proc is None or proc.poll() is None, f"the command exited {proc.returncode} before {path} appeared"
         time.sleep(0.5)
 
 
@@ -45,10 +46,11 @@ def settle(marker: str, timeout_s: float = 60) -> list[int]:
 def test_interrupting_a_rule_stops_every_server(tmp_path):
     project = copy_project(tmp_path / "kvtier")
     target = "raw_data/runs/test/dram"
-    proc = subprocess.Popen(["snakemake", "--cores", "2", "--configfile", "config/presets/test.yaml", target],
-                            cwd=project, env=tool_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_for(project / target / "requests.jsonl")
-    proc.send_signal(signal.SIGINT)  # Ctrl-C
+    proc = subprocess.Popen(["snakemake", target, "--cores", "2", "--configfile", "config/presets/test.yaml"],
+                            cwd=project, env=tool_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    wait_for(project / target / "requests.jsonl", proc=proc)
+    os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: the terminal signals the whole foreground process group
     proc.wait(timeout=120)
     assert settle(str(project)) == [], "an interrupted rule left servers running"
     run = project / target / "run.json"
@@ -63,7 +65,7 @@ def test_a_server_killed_mid_run_fails_the_tier_and_leaves_nothing(tiny_model, t
     run_dir = tmp_path / "dram"
     proc = subprocess.Popen([sys.executable, "-m", "kvtier", "tier-run", "dram", "--run-dir", str(run_dir),
                              "--settings", json.dumps(settings)], env=tool_env(), stderr=subprocess.PIPE, text=True)
-    wait_for(run_dir / "requests.jsonl")
+    wait_for(run_dir / "requests.jsonl", proc=proc)
     vllm = [pid for pid in processes_mentioning("vllm.entrypoints.openai.api_server")
             if str(tiny_model) in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")]
     assert vllm
