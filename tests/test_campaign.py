@@ -43,3 +43,13 @@ def test_r2_local_tables_from_a_real_campaign():
     speedup = local.vs_recompute.set_index(["tier", "concurrency"])["ttft_p50_speedup"]
     assert (speedup > 1).all(), "every cached tier beats recompute on TTFT"
     assert "same device" in r2_local.conditions_markdown(local)
+
+
+def test_a_tier_run_without_a_model_is_refused_before_any_server_starts(tmp_path):
+    from kvtier.errors import KvtierError
+    from kvtier.tierrun import TierSettings, run_tier
+    with pytest.raises(KvtierError, match="no config.json there"):
+        run_tier("dram", TierSettings(model_dir=str(tmp_path / "nope")), tmp_path / "run")
+    with pytest.raises(KvtierError, match="unknown tier 'vram'"):
+        run_tier("vram", TierSettings(model_dir=str(tmp_path)), tmp_path / "run")
+    assert not (tmp_path / "run").exists()

@@ -67,6 +67,9 @@ class TierStack:
     def __init__(self, tier: str, settings: TierSettings, log_dir: Path):
         if tier not in TIER_NAMES:
             raise KvtierError(f"unknown tier {tier!r} (tiers: {', '.join(TIER_NAMES)})")
+        if not (Path(settings.model_dir) / "config.json").is_file():
+            raise KvtierError(f"model_dir {settings.model_dir!r}: no config.json there (generate one with "
+                              "`kvtier model --out DIR`, or point model.path at a model directory)")
         self.tier, self.settings, self.log_dir = tier, settings, log_dir
         self.pool = None
         if tier in L2_TIERS:
