@@ -49,8 +49,6 @@ B_SPEC = TableSpec(
 
 PUBLISHED_TABLES = {spec.name: spec for spec in (R2_SPEC, B_SPEC)}
 
-READING_COLUMNS = R2_SPEC.columns  # the long tier x concurrency shape every R2-like table uses
-
 
 def _parse_cell(path: Path, line: int, column: str, spec: Column, text: str):
     text = text.strip()
