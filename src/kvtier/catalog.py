@@ -31,7 +31,9 @@ CATALOG = (
     Item("R2_local", "Tiered cold resume (measured here)", "TTFT p50 and output tok/s per tier × concurrency "
          "on this machine with real vLLM + LMCache, in the published table's shape, with attribution of every "
          "window and greedy-output correctness against recompute"),
-    Item("R3", "Shared pool across instances", "instance B resumes sessions that instance A wrote to one pool"),
+    Item("R3", "Shared pool across instances (measured here)", "instance B (its own vLLM + LMCache) resumes "
+         "sessions that instance A wrote to one pool: B's L2 hits, TTFT and tok/s beside the same-instance pool "
+         "and recompute, and B's outputs against recompute"),
     Item("R4", "Platform and software stack", "accelerators, ROCm/vLLM/LMCache versions of the published runs"),
     Item("R5", "G4 stability soak", "72 h soak"),
     Item("R6", "G1 arrival acceptance", "inventory against the expected bill of materials"),

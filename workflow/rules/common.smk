@@ -26,12 +26,16 @@ MODEL = config["model"]
 MODEL_DIR = MODEL["path"] or f"models/{MODEL['served_name']}"
 CAMPAIGN_DIR = f"raw_data/runs/{RUNS['campaign']}"
 # What `kvtier tier-run` needs (kvtier.tierrun.TierSettings), the same for every tier.
-TIER_SETTINGS = json.dumps({"model_dir": MODEL_DIR, "served_name": MODEL["served_name"],
-                            **{key: value for key, value in RUNS.items() if key not in ("enabled", "campaign", "tiers")}})
+_SERVER = {("vllm_extra_args" if key == "extra_args" else key): value for key, value in RUNS["server"].items()}
+TIER_SETTINGS = json.dumps({"model_dir": MODEL_DIR, "served_name": MODEL["served_name"], **_SERVER,
+                            **{key: value for key, value in RUNS.items()
+                               if key not in ("enabled", "campaign", "tiers", "cross_instance", "server")}})
+# The campaign's runs: one per tier, and R3's cross-instance run.
+RUN_KINDS = list(RUNS["tiers"]) + (["cross_instance"] if RUNS["cross_instance"] else [])
 
 # Evidence items this run builds (catalog ids), and the evidence folder of each.
 ITEMS = (list(config["replay"]["items"]) + (["A"] if config["audit"]["enabled"] else [])
-         + (["R2_local"] if RUNS["enabled"] else []))
+         + (["R2_local"] if RUNS["enabled"] else []) + (["R3"] if RUNS["enabled"] and RUNS["cross_instance"] else []))
 FOLDERS = [CATALOG[item].folder for item in ITEMS]
 SOURCES = sorted(glob.glob(f"{PUBLISHED}/sources/*.txt"))
 

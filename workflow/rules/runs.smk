@@ -1,4 +1,4 @@
-# Measured tiered cold-resume runs: one rule per tier (servers started, measured, stopped), then the campaign's
+# Measured tiered cold-resume runs: one rule per tier (and R3's cross-instance run) (servers started, measured, stopped), then the campaign's
 # tables. Measurements never overlap on one host: each holds the whole `measurement` resource (limit 1 in
 # workflow/profiles/default).
 
@@ -9,7 +9,7 @@ rule tier_run:
     output:
         run=directory(f"{CAMPAIGN_DIR}/{{tier}}"),
     wildcard_constraints:
-        tier="recompute|engine|dram|local_disk|shared_pool",
+        tier="recompute|engine|dram|local_disk|shared_pool|cross_instance",
     params:
         settings=TIER_SETTINGS,
     resources:
@@ -24,11 +24,12 @@ rule tier_run:
 
 rule campaign:
     input:
-        runs=expand(f"{CAMPAIGN_DIR}/{{tier}}", tier=RUNS["tiers"]),
+        runs=expand(f"{CAMPAIGN_DIR}/{{tier}}", tier=RUN_KINDS),
     output:
         readings=f"{CAMPAIGN_DIR}/R2_readings.csv",
         attribution=f"{CAMPAIGN_DIR}/attribution.csv",
         correctness=f"{CAMPAIGN_DIR}/correctness.csv",
+        conditions=f"{CAMPAIGN_DIR}/conditions.json",
     params:
         campaign=lambda wildcards, output: os.path.dirname(output.readings),
     log:

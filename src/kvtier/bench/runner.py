@@ -67,6 +67,8 @@ class BenchConfig:
     ttft_sla_s: float | None = None
     metrics_urls: dict[str, str] = field(default_factory=dict)   # source name -> /metrics URL
     evict: str = "none"                      # none | reset-prefix-cache | a shell command
+    populate_url: str | None = None          # cold-resume: populate through this server instead (another
+                                             # instance on the same shared pool: the R3 protocol)
 
     def check(self) -> None:
         if self.workload not in WORKLOADS:
@@ -86,6 +88,10 @@ class BenchConfig:
         if self.workload == "trace" and not self.trace:
             raise KvtierError("the trace workload needs --trace FILE")
         Endpoint.parse(self.base_url)
+        if self.populate_url:
+            if self.workload != "cold-resume":
+                raise KvtierError("a populate URL applies to the cold-resume workload only")
+            Endpoint.parse(self.populate_url)
 
 
 @dataclass
@@ -105,16 +111,17 @@ def _get_json(url: str, timeout_s: float) -> dict:
         return json.loads(response.read())
 
 
-def preflight(cfg: BenchConfig, timeout_s: float = 10.0) -> dict:
+def preflight(cfg: BenchConfig, timeout_s: float = 10.0, base_url: str | None = None) -> dict:
     """Refuse to start against a server that is down or does not serve the model, naming what is wrong."""
-    url = f"{cfg.base_url.rstrip('/')}/v1/models"
+    base_url = base_url or cfg.base_url
+    url = f"{base_url.rstrip('/')}/v1/models"
     try:
         models = _get_json(url, timeout_s)
     except (urllib.error.URLError, OSError, ValueError) as exc:
-        raise KvtierError(f"server {cfg.base_url} is not reachable ({url}: {getattr(exc, 'reason', exc)})") from None
+        raise KvtierError(f"server {base_url} is not reachable ({url}: {getattr(exc, 'reason', exc)})") from None
     served = [m.get("id") for m in models.get("data", [])]
     if cfg.model not in served:
-        raise KvtierError(f"model {cfg.model!r} is not served at {cfg.base_url} (served: {', '.join(served) or 'none'})")
+        raise KvtierError(f"model {cfg.model!r} is not served at {base_url} (served: {', '.join(served) or 'none'})")
     return next(m for m in models["data"] if m.get("id") == cfg.model)
 
 
@@ -246,9 +253,12 @@ class Runner:
         """Run to the end; return the summary. On interruption the run is left 'incomplete' and re-raised."""
         # Everything that can refuse the run happens before anything is written.
         served = preflight(self.cfg)
+        if self.cfg.populate_url:
+            preflight(self.cfg, base_url=self.cfg.populate_url)
         tokenizer = ServerTokenizer(self.cfg.base_url, self.cfg.model)
         phases = plan(self.cfg, alphabet(tokenizer, self.cfg.seed))
         endpoint = Endpoint.parse(self.cfg.base_url)
+        populate_endpoint = Endpoint.parse(self.cfg.populate_url) if self.cfg.populate_url else endpoint
         run = self._start()
         run["server_model"] = served
         _write_run(self.run_dir, run)
@@ -258,7 +268,8 @@ class Runner:
                 for phase in phases:
                     if phase.name in run["phases_done"]:
                         continue
-                    prepared = _prepared(self.cfg, endpoint, phase, tokenizer.decode, self.labels)
+                    target = populate_endpoint if phase.name == "populate" else endpoint
+                    prepared = _prepared(self.cfg, target, phase, tokenizer.decode, self.labels)
                     if phase.evict_before:
                         self.evict()
                     window = {"kind": phase.items[0].phase if phase.items else phase.name,
@@ -266,7 +277,7 @@ class Runner:
                     if phase.measured:
                         window["metrics_before"] = _snapshot(self.cfg, self.run_dir, phase.name, "before")
                     window["start"] = _now()
-                    self._run_phase(run["run_id"], segment, endpoint, phase, prepared, writer)
+                    self._run_phase(run["run_id"], segment, target, phase, prepared, writer)
                     window["end"] = _now()
                     if phase.measured:
                         window["metrics_after"] = _snapshot(self.cfg, self.run_dir, phase.name, "after")

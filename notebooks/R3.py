@@ -1,0 +1,100 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # R3 — the shared pool across instances, measured on this machine
+#
+# The report's R3 is one sentence: "cross-instance hot sharing verified". Here it is measured. Two vLLM
+# instances, each with its own LMCache server, share one pool directory. Instance A (the writer) populates every
+# session; instance B (the reader), whose LMCache has been running on an empty L1 since before A wrote anything,
+# resumes them at each concurrency. Before the first resume only the pool's page cache is dropped (B has never
+# seen a session); before each later one B's servers restart on the pool, as for the L2 tiers. A window counts
+# only when B's prompt came from LMCache L2 and A served nothing during it. Readings are in the published R2
+# table's shape, beside the same-instance shared pool and recompute of the same campaign; figures are computed
+# by `kvtier.r3` and `kvtier.tables`.
+
+# %% tags=["parameters"]
+campaign_dir = "../tests/fixtures/campaign"  # a campaign's tables (R2_readings.csv, attribution.csv, ...)
+out_dir = ""  # evidence folder for the tables and chart; empty: write nothing
+chart_png_scale = 2.0
+
+# %%
+import textwrap
+from pathlib import Path
+
+from IPython.display import SVG, Markdown, display
+
+from kvtier import charts, r2_local, r3
+
+shared = r3.load(campaign_dir)
+
+# %% [markdown]
+# ## Conditions
+
+# %%
+display(Markdown(r2_local.conditions_markdown(shared.conditions)))
+
+# %% [markdown]
+# ## Verdict
+
+# %% tags=["nbval-check-output"]
+print(textwrap.fill(r3.verdict_text(shared), width=110))
+
+# %% [markdown]
+# ## Readings: TTFT p50 (s) and output tok/s per concurrency
+#
+# One column per concurrency. `cross_instance` is instance B resuming from the pool A wrote; `shared_pool` is
+# one instance resuming from the pool it wrote itself (R2_local). An empty cell (NaN) is a window that was not
+# valid (see attribution).
+
+# %% tags=["nbval-check-output"]
+print(shared.table.set_index("concurrency").T.to_string(float_format=lambda v: f"{v:.4g}"))
+
+# %% [markdown]
+# ## Against recompute, and against the same instance
+#
+# `ttft_p50_speedup` = baseline TTFT p50 / tier TTFT p50; `output_tok_s_gain_pct` = 100 × (tier / baseline − 1).
+
+# %%
+display(shared.vs_recompute.style.hide(axis="index").format(precision=3))
+
+# %%
+display(shared.vs_same_instance.style.hide(axis="index").format(precision=3))
+
+# %% [markdown]
+# ## Attribution: instance B's prompt sources and L2 hits, instance A's activity
+#
+# From the deltas over each window of B's `vllm:prompt_tokens_by_source` and LMCache lookup-hit counters, and
+# of A's prompt tokens (`writer_prompt_tokens`, which must be 0).
+
+# %% tags=["nbval-check-output"]
+print(shared.attribution[["concurrency", "prompt_tokens", "external_kv_transfer", "l1_hit_tokens",
+                          "l2_hit_tokens", "writer_prompt_tokens", "valid"]].to_string(index=False))
+
+# %% [markdown]
+# ## Correctness: instance B's greedy outputs against recompute (float32 model)
+
+# %% tags=["nbval-check-output"]
+print(shared.correctness.to_string(index=False))
+
+# %% [markdown]
+# ## Chart
+
+# %%
+display(SVG(charts.to_svg(charts.tier_chart(shared.readings, "R3 (measured here): resume from a pool another "
+                                            "instance wrote"))))
+
+# %%
+if out_dir:
+    for path in r3.write_evidence(shared, out_dir, png_scale=chart_png_scale):
+        print(f"wrote {Path(path).name}")
