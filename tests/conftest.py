@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -11,8 +12,15 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+
 PUBLISHED = ROOT / "raw_data" / "published"
 BIN = Path(sys.executable).parent
+
+# The interrupt tests press Ctrl-C (SIGINT) on the commands they start. A shell script that starts pytest in the
+# background leaves SIGINT ignored, and ignored signals stay ignored across exec: restore the terminal's default
+# so that the children see Ctrl-C as a user would.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def tool_env() -> dict:

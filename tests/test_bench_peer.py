@@ -14,15 +14,26 @@ RELATIVE, ABSOLUTE_S = 0.15, 0.015
 
 
 def test_ttft_p50_agrees_with_vllm_bench_serve(vllm_server, tiny_model, tmp_path):
+    # The clients take turns (peer, kvtier, peer, kvtier) so that drift of a shared, noisy machine shows up in the
+    # peer's own spread instead of as a disagreement: kvtier must fall within the peer's range, widened by the
+    # tolerance.
     shape = dict(input_tokens=512, output_tokens=16, concurrency=4)
-    peer = vllm_bench_serve(base_url=vllm_server.base_url, model="tiny", tokenizer=str(tiny_model), num_prompts=32,
-                            result_dir=str(tmp_path / "peer"), **shape)
-    assert peer["completed"] == 32
-    ours = Runner(BenchConfig(base_url=vllm_server.base_url, model="tiny", workload="random", requests=32,
-                              input_tokens=shape["input_tokens"], output_tokens=shape["output_tokens"],
-                              concurrency=[shape["concurrency"]], seed=7), tmp_path / "ours", progress=False).run()
-    window = ours["windows"][0]
-    assert window["requests"]["ok"] == 32
-    peer_p50, ours_p50 = peer["median_ttft_ms"] / 1000, window["ttft_s"]["p50"]
-    print(f"TTFT p50: vllm bench serve {peer_p50 * 1000:.1f} ms, kvtier {ours_p50 * 1000:.1f} ms")
-    assert abs(ours_p50 - peer_p50) <= max(RELATIVE * peer_p50, ABSOLUTE_S), (ours_p50, peer_p50)
+    peers, ours = [], []
+    for round_ in range(2):
+        peer = vllm_bench_serve(base_url=vllm_server.base_url, model="tiny", tokenizer=str(tiny_model),
+                                num_prompts=32, result_dir=str(tmp_path / f"peer{round_}"), seed=11 + round_,
+                                **shape)
+        assert peer["completed"] == 32
+        peers.append(peer["median_ttft_ms"] / 1000)
+        summary = Runner(BenchConfig(base_url=vllm_server.base_url, model="tiny", workload="random", requests=32,
+                                     input_tokens=shape["input_tokens"], output_tokens=shape["output_tokens"],
+                                     concurrency=[shape["concurrency"]], seed=7 + round_), tmp_path / f"ours{round_}",
+                         progress=False).run()
+        window = summary["windows"][0]
+        assert window["requests"]["ok"] == 32
+        ours.append(window["ttft_s"]["p50"])
+    print("TTFT p50: vllm bench serve " + ", ".join(f"{p * 1000:.1f}" for p in peers) + " ms; kvtier "
+          + ", ".join(f"{o * 1000:.1f}" for o in ours) + " ms")
+    ours_p50 = sum(ours) / len(ours)
+    low, high = min(peers), max(peers)
+    assert low - max(RELATIVE * low, ABSOLUTE_S) <= ours_p50 <= high + max(RELATIVE * high, ABSOLUTE_S), (ours, peers)

@@ -154,6 +154,19 @@ def _cmd_probe(args) -> None:
     print(f"wrote {args.out}")
 
 
+def _cmd_lmcache_build(args) -> None:
+    from dataclasses import replace
+
+    from . import lmcache_build
+    upstream = lmcache_build.Upstream()
+    if args.upstream_sha256:
+        upstream = replace(upstream, sha256=args.upstream_sha256)
+    wheel = args.upstream_wheel or lmcache_build.fetch(upstream, args.cache_dir)
+    record = lmcache_build.build(wheel, upstream, args.patch, args.out)
+    print(f"built lmcache {record['version']} (patch set {record['patch_set']}): {args.out}/{record['artifact']['file']}"
+          f" sha256 {record['artifact']['sha256']}")
+
+
 def _cmd_campaign(args) -> None:
     from .campaign import aggregate
     tables = aggregate(args.campaign_dir)
@@ -257,6 +270,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a tier path whose mount and block device to record (repeatable)")
     p.add_argument("--model-dir", help="the served model's directory (its config hash is recorded)")
     p.set_defaults(func=_cmd_probe)
+
+    p = sub.add_parser("lmcache-build", help="build LMCache from the pinned upstream wheel (sha256-checked) plus "
+                       "patches, installed under OUT/site for the LMCache server")
+    p.add_argument("--out", required=True, help="variant directory to build, e.g. build/lmcache/patched")
+    p.add_argument("--patch", action="append", default=[], help="a patch to apply, in order (repeatable); none: "
+                   "the upstream release as is")
+    p.add_argument("--cache-dir", default="build/lmcache/upstream", help="where the upstream wheel is kept")
+    p.add_argument("--upstream-wheel", help="use this upstream wheel file instead of downloading it")
+    p.add_argument("--upstream-sha256", help="the upstream wheel's expected sha256 (default: the pinned one)")
+    p.set_defaults(func=_cmd_lmcache_build)
 
     p = sub.add_parser("campaign", help="aggregate a campaign's tier runs: R2 readings, attribution, correctness")
     p.add_argument("campaign_dir")
