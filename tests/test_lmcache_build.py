@@ -51,8 +51,12 @@ def test_the_patched_build_is_tagged_recorded_and_passes_its_own_tests(patched):
 
 def test_the_build_is_reproducible_and_the_unpatched_variant_is_upstream_itself(upstream_wheel, patched,
                                                                                  tmp_path):
-    again = lmcache_build.build(upstream_wheel, lmcache_build.Upstream(), PATCHES, tmp_path / "again")
+    # Built again, inside a git checkout this time (as build/ is inside the project's own): the same bytes.
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    again = lmcache_build.build(upstream_wheel, lmcache_build.Upstream(), PATCHES, tmp_path / "build" / "again")
     assert again["artifact"]["sha256"] == patched[1]["artifact"]["sha256"]
+    assert "DEFAULT_LOAD_CONCURRENCY" in (tmp_path / "build" / "again" / "site" / "lmcache" / "v1" / "distributed"
+                                         / "l2_adapters" / "fs_l2_adapter.py").read_text()
     plain = lmcache_build.build(upstream_wheel, lmcache_build.Upstream(), [], tmp_path / "upstream")
     assert plain["patch_set"] == "none" and plain["version"] == "0.5.6"
     assert plain["artifact"]["sha256"] == lmcache_build.Upstream().sha256
@@ -91,3 +95,10 @@ def test_a_tampered_download_is_refused(tmp_path):
     (cache / upstream.filename).write_bytes(b"not the release")
     with pytest.raises(KvtierError, match="refusing to build from it"):
         lmcache_build.fetch(upstream, cache)
+
+
+def test_the_config_pins_the_same_upstream_release_as_the_code():
+    from kvtier import config
+    pinned = config.validate({}, "defaults")["lmcache"]["upstream"]
+    assert pinned == {"version": lmcache_build.Upstream().version, "filename": lmcache_build.Upstream().filename,
+                      "sha256": lmcache_build.Upstream().sha256}

@@ -23,7 +23,7 @@ R2_OUTPUTS = ["R2.html", "R2.ipynb", "R2_table.csv", "R2_pool_vs_local_disk.csv"
 
 # The tests run the default target with the small preset: every tier, fewer and shorter sessions.
 PRESET = ["--configfile", "config/presets/test.yaml"]
-ALL_JOBS = {"model": 1, "tier_run": 6, "campaign": 1, "render_R2_local": 1, "render_R3": 1, "render_R2": 1,
+ALL_JOBS = {"model": 1, "lmcache_build": 1, "tier_run": 6, "campaign": 1, "render_R2_local": 1, "render_R3": 1, "render_R2": 1,
             "render_audit": 1,
             "index": 1, "all": 1}
 
@@ -207,4 +207,10 @@ def test_every_run_records_its_platform(built):
         assert record["model"]["config_hash"] == config_hash(built / "models" / "kvtier-model"), run_dir.name
         assert set(record["storage"]) >= {"local_disk", "shared_pool", "model", "run_dir"}
     conditions = json.loads((campaign / "conditions.json").read_text())
-    assert conditions["consistent"] is True and conditions["platform"]["software"]["packages"]["lmcache"]
+    assert conditions["consistent"] is True
+    # The servers ran the patched build (the default), and the record names it with its artifact's sha256.
+    lmcache = conditions["platform"]["software"]["lmcache"]
+    build = json.loads((built / "build" / "lmcache" / "patched" / "build.json").read_text())
+    assert lmcache["patch_set"] == build["patch_set"] != "none" and lmcache["build"]["artifact"] == build["artifact"]
+    log = (campaign / "local_disk" / "server_logs" / "lmcache.log").read_text()
+    assert "load_concurrency=16" in log, "the L2 adapter of the patched build, with the configured bound"

@@ -158,9 +158,8 @@ def _cmd_lmcache_build(args) -> None:
     from dataclasses import replace
 
     from . import lmcache_build
-    upstream = lmcache_build.Upstream()
-    if args.upstream_sha256:
-        upstream = replace(upstream, sha256=args.upstream_sha256)
+    pinned = {"version": args.upstream_version, "filename": args.upstream_filename, "sha256": args.upstream_sha256}
+    upstream = replace(lmcache_build.Upstream(), **{k: v for k, v in pinned.items() if v})
     wheel = args.upstream_wheel or lmcache_build.fetch(upstream, args.cache_dir)
     record = lmcache_build.build(wheel, upstream, args.patch, args.out)
     print(f"built lmcache {record['version']} (patch set {record['patch_set']}): {args.out}/{record['artifact']['file']}"
@@ -276,8 +275,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="variant directory to build, e.g. build/lmcache/patched")
     p.add_argument("--patch", action="append", default=[], help="a patch to apply, in order (repeatable); none: "
                    "the upstream release as is")
-    p.add_argument("--cache-dir", default="build/lmcache/upstream", help="where the upstream wheel is kept")
+    p.add_argument("--cache-dir", default="build/lmcache/upstream-wheel", help="where the upstream wheel is kept")
     p.add_argument("--upstream-wheel", help="use this upstream wheel file instead of downloading it")
+    p.add_argument("--upstream-version", help="the upstream release (default: the pinned one)")
+    p.add_argument("--upstream-filename", help="the upstream wheel's file name (default: the pinned one)")
     p.add_argument("--upstream-sha256", help="the upstream wheel's expected sha256 (default: the pinned one)")
     p.set_defaults(func=_cmd_lmcache_build)
 

@@ -99,11 +99,32 @@ def _record_hash(data: bytes) -> str:
 
 
 def _apply(patch: Path, tree: Path) -> None:
-    """Apply one format-patch to `tree`, all or nothing (git apply checks every hunk before writing)."""
+    """Apply one format-patch to `tree`, all or nothing (git apply checks every hunk before writing).
+
+    Inside a git work tree (a build directory under a checkout), git apply would take the patch's paths as
+    relative to that repository's top and silently skip those outside the current directory; the ceiling
+    keeps git from finding any repository above `tree`, so the paths are `tree`'s."""
+    env = {**os.environ, "GIT_CEILING_DIRECTORIES": str(tree.resolve().parent)}
+    env.pop("GIT_DIR", None)
+    env.pop("GIT_WORK_TREE", None)
     done = subprocess.run(["git", "apply", "--whitespace=nowarn", str(patch.resolve())], cwd=tree,
-                          capture_output=True, text=True)
+                          capture_output=True, text=True, env=env)
     if done.returncode != 0:
         raise KvtierError(f"patch {patch} does not apply to the upstream release: {done.stderr.strip()}")
+
+
+def _digests(tree: Path) -> dict[str, str]:
+    return {p.relative_to(tree).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in tree.rglob("*") if p.is_file()}
+
+
+def _check_applied(patch: Path, before: dict[str, str], after: dict[str, str]) -> None:
+    """Every file the patch names changed: a patch that 'applied' without touching them was skipped."""
+    named = {line.split(" b/", 1)[1].strip() for line in patch.read_text(errors="replace").splitlines()
+             if line.startswith("diff --git a/")}
+    unchanged = sorted(name for name in named if before.get(name) == after.get(name))
+    if unchanged:
+        raise KvtierError(f"patch {patch} left {', '.join(unchanged)} unchanged: it was not applied")
 
 
 def _retag(tree: Path, old: str, new: str) -> None:
@@ -156,7 +177,9 @@ def build(upstream_wheel: str | os.PathLike, upstream: Upstream, patches: list[s
         with zipfile.ZipFile(upstream_wheel) as zf:
             zf.extractall(tree)
         for patch in patches:
+            before = _digests(tree)
             _apply(patch, tree)
+            _check_applied(patch, before, _digests(tree))
         (staging / "dist").mkdir()
         if patches:
             if (tree / "tests").exists():  # what the patches add to the test suite stays beside the build

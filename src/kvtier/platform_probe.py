@@ -199,23 +199,31 @@ def _version(package: str) -> str | None:
         return None
 
 
-def lmcache() -> dict:
-    """LMCache's version, the patch set (the local version tag of a kvtier build, `+kvtier.<set>`), and where it
-    was installed from (PEP 610 direct_url.json: a local wheel and its hash, or an index)."""
+def lmcache(build_dir: str | None = None) -> dict:
+    """The LMCache the runs use: a kvtier build (its build.json: upstream artifact, patches and artifact with
+    their sha256) when one is given, else the installed package: its version, the patch set (the local version
+    tag of a kvtier build, `+kvtier.<set>`), and where it was installed from (PEP 610 direct_url.json)."""
+    if build_dir:
+        from . import lmcache_build
+        record = lmcache_build.read(build_dir)
+        return {"version": record["version"], "patch_set": record["patch_set"], "installed_from": "kvtier build",
+                "build": record}
     version = _version("lmcache")
     local = version.split("+", 1)[1] if version and "+" in version else None
     installed_from = None
     if version:
         text = importlib.metadata.distribution("lmcache").read_text("direct_url.json")
         installed_from = json.loads(text) if text else "index"
-    return {"version": version, "patch_set": local or "none", "installed_from": installed_from}
+    return {"version": version, "patch_set": local or "none", "installed_from": installed_from, "build": None}
 
 
-def software() -> dict:
+def software(lmcache_build: str | None = None) -> dict:
     torch = _version("torch") or ""
     build = torch.split("+", 1)[1] if "+" in torch else None
-    return {"python": platform.python_version(), "packages": {p: _version(p) for p in PACKAGES},
-            "lmcache": lmcache(), "torch_build": build}
+    packages = {p: _version(p) for p in PACKAGES}
+    used = lmcache(lmcache_build)
+    packages["lmcache"] = used["version"]  # the one the LMCache server runs
+    return {"python": platform.python_version(), "packages": packages, "lmcache": used, "torch_build": build}
 
 
 def model(model_dir: str | None) -> dict | None:
@@ -239,12 +247,13 @@ def host() -> dict:
             "machine": platform.machine(), "os": os_release.get("PRETTY_NAME")}
 
 
-def probe(paths: dict[str, str] | None = None, model_dir: str | None = None) -> dict:
+def probe(paths: dict[str, str] | None = None, model_dir: str | None = None,
+          lmcache_build: str | None = None) -> dict:
     record = {
         "schema": f"{SCHEMA}.schema.yaml", "probe": f"kvtier {__version__}",
         "probed_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "host": host(), "cpu": cpu(), "memory": memory(), "numa": numa(), "accelerators": accelerators(),
-        "storage": storage(paths or {}), "software": software(), "model": model(model_dir),
+        "storage": storage(paths or {}), "software": software(lmcache_build), "model": model(model_dir),
         "environment": environment(),
     }
     validate(record)
@@ -266,8 +275,9 @@ def validate(record: dict, source: str = "platform record") -> dict:
     return record
 
 
-def write(out: str | os.PathLike, paths: dict[str, str] | None = None, model_dir: str | None = None) -> dict:
-    record = probe(paths, model_dir)
+def write(out: str | os.PathLike, paths: dict[str, str] | None = None, model_dir: str | None = None,
+          lmcache_build: str | None = None) -> dict:
+    record = probe(paths, model_dir, lmcache_build)
     write_text(out, json.dumps(record, indent=2) + "\n")
     return record
 

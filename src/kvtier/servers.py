@@ -182,6 +182,8 @@ class LMCacheServer(ManagedProcess):
     log_path: str
     l1_size_gb: float = 1.0
     l2_path: str | None = None
+    l2_options: dict = field(default_factory=dict)   # more fs adapter settings, e.g. load_concurrency
+    site: str | None = None       # a kvtier LMCache build's site directory: run that LMCache instead of the venv's
     port: int = 0
     http_port: int = 0
     extra_args: list[str] = field(default_factory=list)
@@ -203,11 +205,15 @@ class LMCacheServer(ManagedProcess):
                f"{self.l1_size_gb:g}", "--eviction-policy", "LRU", "--supported-transfer-mode", "engine_driven",
                "--http-host", "127.0.0.1", "--http-port", str(self.http_port)]
         if self.l2_path:
-            cmd += ["--l2-adapter", json.dumps({"type": "fs", "base_path": str(self.l2_path)})]
+            cmd += ["--l2-adapter", json.dumps({"type": "fs", "base_path": str(self.l2_path), **self.l2_options})]
         return cmd + list(self.extra_args)
 
     def environment(self) -> dict[str, str]:
-        return {**os.environ, "LMCACHE_DISABLE_BANNER": "1"}
+        env = {**os.environ, "LMCACHE_DISABLE_BANNER": "1"}
+        if self.site:  # first on the path: the build's lmcache package shadows the venv's
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(self.site).resolve()),
+                                                              env.get("PYTHONPATH")]))
+        return env
 
     def ready(self) -> bool:
         return _http_ok(self.metrics_url)

@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import lmcache_build
 from .atomic import write_text
 from .bench.runner import BenchConfig, Runner, reset_prefix_cache
 from .errors import KvtierError
@@ -58,6 +59,10 @@ class TierSettings:
     gpu_memory_utilization: float = 0.9
     dtype: str = "float32"
     vllm_extra_args: list[str] = field(default_factory=list)
+    # Which LMCache the LMCache server runs: a kvtier build (build/lmcache/<variant>, see kvtier.lmcache_build),
+    # or the venv's own when empty; and the fs L2 adapter's read bound (a setting of the patched build).
+    lmcache_build: str = ""
+    l2_load_concurrency: int | None = None
 
 
 def drop_page_cache(directory: str | os.PathLike) -> int:
@@ -116,8 +121,12 @@ class TierStack:
             self.pool = Path(settings.local_disk_path if tier == "local_disk" else settings.shared_pool_path)
         self.lmcache = None
         if tier in ("dram", *L2_TIERS):
+            build = lmcache_build.read(settings.lmcache_build) if settings.lmcache_build else None
+            options = ({"load_concurrency": settings.l2_load_concurrency}
+                       if settings.l2_load_concurrency is not None else {})
             self.lmcache = LMCacheServer(log_path=str(log_dir / "lmcache.log"), l1_size_gb=settings.lmcache_l1_gb,
-                                         l2_path=str(self.pool) if self.pool else None)
+                                         l2_path=str(self.pool) if self.pool else None, l2_options=options,
+                                         site=str(Path(settings.lmcache_build) / build["site"]) if build else None)
         self.vllm = VllmServer(settings.model_dir, str(log_dir / "vllm.log"), served_name=settings.served_name,
                                max_model_len=settings.max_model_len, kv_cache_gib=settings.engine_kv_gib,
                                prefix_caching=tier != "recompute",
@@ -182,7 +191,8 @@ def probe_platform(settings: TierSettings, run_dir: Path) -> dict:
     from . import platform_probe
     paths = {"local_disk": settings.local_disk_path, "shared_pool": settings.shared_pool_path,
              "model": settings.model_dir, "run_dir": str(run_dir)}
-    return platform_probe.write(run_dir / PLATFORM_FILE, paths, settings.model_dir)
+    return platform_probe.write(run_dir / PLATFORM_FILE, paths, settings.model_dir,
+                                lmcache_build=settings.lmcache_build or None)
 
 
 def _bench_config(stack: TierStack, settings: TierSettings, evict: str, **extra) -> BenchConfig:

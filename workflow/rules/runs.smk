@@ -6,6 +6,7 @@
 rule tier_run:
     input:
         model=f"{MODEL_DIR}/config.json",
+        lmcache=[f"{LMCACHE_BUILD}/build.json"] if LMCACHE_BUILD else [],
     output:
         run=directory(f"{CAMPAIGN_DIR}/{{tier}}"),
     wildcard_constraints:
