@@ -10,6 +10,7 @@ import pytest
 from conftest import ROOT, run
 from kvtier import lmcache_build
 from kvtier.errors import KvtierError
+from kvtier.hashing import sha256_file
 
 PATCHES = sorted((ROOT / "patches").glob("*.patch"))
 
@@ -34,7 +35,7 @@ def test_the_patched_build_is_tagged_recorded_and_passes_its_own_tests(patched):
     out, record = patched
     assert PATCHES, "patches/ holds the parallel-read patch"
     assert record["version"] == f"0.5.6+{record['patch_set']}" and record["patch_set"].startswith("kvtier.")
-    assert record["artifact"]["sha256"] == lmcache_build.sha256_of(out / record["artifact"]["file"])
+    assert record["artifact"]["sha256"] == sha256_file(out / record["artifact"]["file"])
     assert [p["file"] for p in record["patches"]] == [p.name for p in PATCHES]
     env = {**os.environ, "PYTHONPATH": str(out / "site")}
     probe = subprocess.run([sys.executable, "-c", "import importlib.metadata as m, lmcache; "

@@ -34,6 +34,7 @@ from pathlib import Path
 
 from .atomic import write_text
 from .errors import KvtierError
+from .hashing import sha256_file
 
 BUILD_FILE = "build.json"
 LOCAL_TAG = "kvtier"
@@ -45,14 +46,6 @@ class Upstream:
     version: str = "0.5.6"
     filename: str = "lmcache-0.5.6-cp311-cp311-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl"
     sha256: str = "14530ff72b96056e894c9b8dc70c10d019e7802799bbfde9cec298700b799194"
-
-
-def sha256_of(path: str | os.PathLike) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def patch_set_id(patches: list[Path]) -> str:
@@ -88,7 +81,7 @@ def fetch(upstream: Upstream, cache_dir: str | os.PathLike) -> Path:
 
 
 def verify(path: Path, upstream: Upstream) -> None:
-    actual = sha256_of(path)
+    actual = sha256_file(path)
     if actual != upstream.sha256:
         raise KvtierError(f"{path}: sha256 {actual} is not the pinned {upstream.sha256} of {upstream.filename}; "
                           "refusing to build from it")
@@ -197,10 +190,10 @@ def build(upstream_wheel: str | os.PathLike, upstream: Upstream, patches: list[s
             raise KvtierError(f"installing {wheel.name} failed: {done.stderr.strip()[-800:]}")
         record = {
             "upstream": {**asdict(upstream)},
-            "patches": [{"file": p.name, "sha256": sha256_of(p)} for p in patches],
+            "patches": [{"file": p.name, "sha256": sha256_file(p)} for p in patches],
             "patch_set": patch_set,
             "version": version,
-            "artifact": {"file": f"dist/{wheel.name}", "sha256": sha256_of(wheel)},
+            "artifact": {"file": f"dist/{wheel.name}", "sha256": sha256_file(wheel)},
             "site": "site",
         }
         write_text(staging / BUILD_FILE, json.dumps(record, indent=2) + "\n")

@@ -42,21 +42,22 @@ def compare(readings: pd.DataFrame, pairs: list[tuple[str, str]]) -> pd.DataFram
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def _only(frame: pd.DataFrame, tiers: tuple[str, ...]) -> pd.DataFrame:
+def only(frame: pd.DataFrame, tiers: tuple[str, ...]) -> pd.DataFrame:
+    """The rows of these tiers (a campaign's tables hold every run kind)."""
     return frame[frame["tier"].isin(tiers)].reset_index(drop=True)
 
 
 def load(campaign_dir: str | os.PathLike) -> Local:
     campaign_dir = Path(campaign_dir)
-    readings = _only(load_readings(campaign_dir / "R2_readings.csv"), TIER_NAMES)  # R3's run has its own page
+    readings = only(load_readings(campaign_dir / "R2_readings.csv"), TIER_NAMES)  # R3's run has its own page
     others = [t for t in ("engine", "dram", "local_disk", "shared_pool") if t in set(readings["tier"])]
     return Local(
         readings=readings,
         table=tables.wide_table(readings),
         vs_recompute=compare(readings, [(t, "recompute") for t in others]),
         pool_vs_local=compare(readings, [("shared_pool", "local_disk")]),
-        attribution=_only(read_table(campaign_dir / "attribution.csv"), TIER_NAMES),
-        correctness=_only(read_table(campaign_dir / "correctness.csv"), TIER_NAMES),
+        attribution=only(read_table(campaign_dir / "attribution.csv"), TIER_NAMES),
+        correctness=only(read_table(campaign_dir / "correctness.csv"), TIER_NAMES),
         conditions=json.loads((campaign_dir / "conditions.json").read_text()),
     )
 

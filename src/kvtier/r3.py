@@ -18,7 +18,7 @@ import pandas as pd
 from . import tables
 from .evidence_io import read_table
 from .published import load_readings
-from .r2_local import compare
+from .r2_local import compare, only
 from .tierrun import CROSS_INSTANCE
 
 TIERS = (CROSS_INSTANCE, "shared_pool", "recompute")
@@ -38,14 +38,10 @@ class Shared:
     conditions: dict
 
 
-def _only(frame: pd.DataFrame, tiers: tuple[str, ...]) -> pd.DataFrame:
-    return frame[frame["tier"].isin(tiers)].reset_index(drop=True)
-
-
 def load(campaign_dir: str | os.PathLike) -> Shared:
     campaign_dir = Path(campaign_dir)
-    readings = _only(load_readings(campaign_dir / "R2_readings.csv"), TIERS)
-    attribution = _only(read_table(campaign_dir / "attribution.csv"), (CROSS_INSTANCE,))
+    readings = only(load_readings(campaign_dir / "R2_readings.csv"), TIERS)
+    attribution = only(read_table(campaign_dir / "attribution.csv"), (CROSS_INSTANCE,))
     if attribution.empty:
         raise FileNotFoundError(f"{campaign_dir}: the campaign has no {CROSS_INSTANCE} run (runs.cross_instance)")
     present = [t for t in TIERS if t in set(readings["tier"])]
@@ -55,7 +51,7 @@ def load(campaign_dir: str | os.PathLike) -> Shared:
         vs_recompute=compare(readings, [(t, "recompute") for t in (CROSS_INSTANCE, "shared_pool")]),
         vs_same_instance=compare(readings, [(CROSS_INSTANCE, "shared_pool")]),
         attribution=attribution,
-        correctness=_only(read_table(campaign_dir / "correctness.csv"), (CROSS_INSTANCE,)),
+        correctness=only(read_table(campaign_dir / "correctness.csv"), (CROSS_INSTANCE,)),
         conditions=json.loads((campaign_dir / "conditions.json").read_text()),
     )
 
