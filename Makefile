@@ -11,6 +11,7 @@ export PYTHONWARNINGS := ignore::FutureWarning:google.api_core._python_version_s
 
 env:
 	@$(PYTHON) workflow/scripts/bootstrap_env.py --venv $(VENV)
+	@sh workflow/scripts/system_tools.sh
 
 evidence: env
 	snakemake --cores all

@@ -14,6 +14,7 @@ include: "workflow/rules/model.smk"
 include: "workflow/rules/lmcache.smk"
 include: "workflow/rules/runs.smk"
 include: "workflow/rules/measured.smk"
+include: "workflow/rules/r1.smk"
 include: "workflow/rules/index.smk"
 
 

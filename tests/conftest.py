@@ -82,3 +82,20 @@ def vllm_server(tiny_model, tmp_path_factory):
                         max_model_len=8192, kv_cache_gib=1)
     with server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def upstream_wheel(tmp_path_factory):
+    """The real upstream LMCache wheel, fetched once (pip download, sha256 checked)."""
+    from kvtier import lmcache_build
+    return lmcache_build.fetch(lmcache_build.Upstream(), tmp_path_factory.mktemp("upstream"))
+
+
+@pytest.fixture(scope="session")
+def lmcache_builds(upstream_wheel, tmp_path_factory) -> dict:
+    """Both LMCache builds, made once: {"upstream" | "patched": (build directory, build record)}."""
+    from kvtier import lmcache_build
+    root = tmp_path_factory.mktemp("builds")
+    patches = sorted((ROOT / "patches").glob("*.patch"))
+    return {name: (root / name, lmcache_build.build(upstream_wheel, lmcache_build.Upstream(), files, root / name))
+            for name, files in (("upstream", []), ("patched", patches))}

@@ -101,6 +101,23 @@ def test_vllm_is_launched_as_configured_for_a_cluster(monkeypatch):
         VllmServer("/m", "/tmp/log", platform="tpu")
 
 
+def test_lmcache_hands_kv_over_shared_memory_by_default_and_leaves_no_segment(tmp_path, monkeypatch):
+    from kvtier import servers
+    from kvtier.errors import KvtierError
+    monkeypatch.setattr(servers, "SHM_DIR", str(tmp_path))
+    shm = servers.LMCacheServer(log_path=str(tmp_path / "log"))
+    other = servers.LMCacheServer(log_path=str(tmp_path / "log"))
+    cmd = shm.command()
+    assert cmd[cmd.index("--shm-name") + 1] == shm.shm_name != other.shm_name  # one segment per server
+    assert "--shm-name" not in servers.LMCacheServer(log_path="x", transfer="pickle").command()
+    with pytest.raises(KvtierError, match="transfer 'rdma'"):
+        servers.LMCacheServer(log_path="x", transfer="rdma")
+    # A segment left behind (a server killed hard) is removed on stop, and before the next start.
+    (tmp_path / shm.shm_name).write_bytes(b"stale")
+    shm.stop()
+    assert not (tmp_path / shm.shm_name).exists()
+
+
 def test_a_populate_url_applies_to_cold_resume_only():
     from kvtier.bench.runner import BenchConfig
     from kvtier.errors import KvtierError

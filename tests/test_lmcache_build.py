@@ -16,15 +16,8 @@ PATCHES = sorted((ROOT / "patches").glob("*.patch"))
 
 
 @pytest.fixture(scope="module")
-def upstream_wheel(tmp_path_factory):
-    """The real upstream wheel, fetched once (pip download, sha256 checked)."""
-    return lmcache_build.fetch(lmcache_build.Upstream(), tmp_path_factory.mktemp("upstream"))
-
-
-@pytest.fixture(scope="module")
-def patched(upstream_wheel, tmp_path_factory):
-    out = tmp_path_factory.mktemp("builds") / "patched"
-    return out, lmcache_build.build(upstream_wheel, lmcache_build.Upstream(), PATCHES, out)
+def patched(lmcache_builds):
+    return lmcache_builds["patched"]
 
 
 def leftovers(directory):

@@ -4,6 +4,7 @@ import base64
 import json
 import re
 import shutil
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -23,9 +24,8 @@ R2_OUTPUTS = ["R2.html", "R2.ipynb", "R2_table.csv", "R2_pool_vs_local_disk.csv"
 
 # The tests run the default target with the small preset: every tier, fewer and shorter sessions.
 PRESET = ["--configfile", "config/presets/test.yaml"]
-ALL_JOBS = {"model": 1, "lmcache_build": 1, "tier_run": 6, "campaign": 1, "render_R2_local": 1, "render_R3": 1, "render_R2": 1,
-            "render_audit": 1,
-            "index": 1, "all": 1}
+ALL_JOBS = {"model": 1, "lmcache_build": 2, "tier_run": 6, "campaign": 1, "render_R2_local": 1, "render_R3": 1,
+            "r1_reads": 1, "r1_resume": 1, "render_R1": 1, "render_R2": 1, "render_audit": 1, "index": 1, "all": 1}
 
 
 @pytest.fixture(scope="module")
@@ -145,12 +145,13 @@ def test_the_run_never_rewrites_published_readings(built):
         {p.relative_to(ROOT) for p in published.rglob("*")}
 
 
-def test_changing_the_ledger_rerenders_only_the_audit(built, tmp_path):
+def test_changing_the_ledger_rerenders_only_the_pages_that_read_it(built, tmp_path):
     project = tmp_path / "kvtier"
     shutil.copytree(built, project, symlinks=True)
     claims = project / "raw_data" / "published" / "claims.yaml"
     claims.write_text(claims.read_text().replace("claimed: 192\n", "claimed: 193\n"))
-    assert jobs_of_dry_run(project) == {"render_audit": 1, "index": 1, "all": 1}
+    # The audit, and R1, which shows the published R1 claims as context.
+    assert jobs_of_dry_run(project) == {"render_audit": 1, "render_R1": 1, "index": 1, "all": 1}
 
 
 def test_audit_can_be_switched_off(project_copy):
@@ -202,7 +203,7 @@ def test_every_run_records_its_platform(built):
     from kvtier import platform_probe
     from kvtier.model import config_hash
     campaign = built / "raw_data" / "runs" / "test"
-    for run_dir in sorted(p for p in campaign.iterdir() if p.is_dir()):
+    for run_dir in sorted(p for p in campaign.iterdir() if p.is_dir() and p.name != "R1"):
         record = platform_probe.read(run_dir / "probes" / "platform.json")
         assert record["model"]["config_hash"] == config_hash(built / "models" / "kvtier-model"), run_dir.name
         assert set(record["storage"]) >= {"local_disk", "shared_pool", "model", "run_dir"}
@@ -214,3 +215,24 @@ def test_every_run_records_its_platform(built):
     assert lmcache["patch_set"] == build["patch_set"] != "none" and lmcache["build"]["artifact"] == build["artifact"]
     log = (campaign / "local_disk" / "server_logs" / "lmcache.log").read_text()
     assert "load_concurrency=16" in log, "the L2 adapter of the patched build, with the configured bound"
+
+
+def test_r1_compares_both_builds_and_resumes_from_l2(built):
+    from kvtier import r1
+    measured = r1.load(built / "raw_data" / "runs" / "test" / "R1")
+    versions = dict(zip(measured.coldread["build"], measured.coldread["version"]))
+    build = json.loads((built / "build" / "lmcache" / "patched" / "build.json").read_text())
+    assert versions == {"upstream": "0.5.6", "patched": build["version"]}
+    assert (measured.coldread_rounds["resident_bytes_before"] == 0).all(), "every timed load started cold"
+    resume = measured.resume
+    assert len(resume) == 2 and resume["window_valid"].all() and (resume["window_l2_hit_tokens"] > 0).all()
+    assert resume["lmcache_retrieve_s"].notna().all()
+    page = (built / "evidence" / "R1" / "R1.html").read_text()
+    assert "fio" in page and "same device" in page and "0.98" in page and "5.23" in page
+    assert 'href="R1/R1.html"' in (built / "evidence" / "index.html").read_text()
+    rendered = read_table(built / "evidence" / "R1" / "R1_targets.csv")
+    assert list(rendered["target"]) == list(measured.targets["target"])
+    assert rendered["figure"].tolist() == pytest.approx(measured.targets["figure"].tolist())
+    manifest = json.loads((built / "evidence" / "R1" / "manifest.json").read_text())
+    hashed = {Path(entry["path"]).as_posix() for entry in manifest["inputs"]}
+    assert {f"raw_data/runs/test/R1/{name}" for name in r1.RAW_FILES} <= hashed

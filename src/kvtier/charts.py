@@ -54,3 +54,23 @@ def to_svg(chart: alt.TopLevelMixin) -> str:
     """The chart as SVG text, for showing it inline in a self-contained page (no JavaScript, no network)."""
     import vl_convert
     return vl_convert.vegalite_to_svg(chart.to_json())
+
+
+def r1_chart(coldread: pd.DataFrame, fio: pd.DataFrame) -> alt.LayerChart:
+    """R1: cold-read GB/s of one LMCache worker per build beside fio's direct reads per queue depth (median bars,
+    min-max whiskers over the rounds)."""
+    rows = [{"reader": f"fio direct, depth {int(r.iodepth)}", "kind": "fio (device limit)",
+             "median": r.gb_per_s_median, "low": r.gb_per_s_min, "high": r.gb_per_s_max} for r in fio.itertuples()]
+    rows += [{"reader": f"LMCache {r.build}", "kind": f"LMCache fs L2, {r.build}", "median": r.gb_per_s_median,
+              "low": r.gb_per_s_min, "high": r.gb_per_s_max} for r in coldread.itertuples()]
+    frame = pd.DataFrame(rows)
+    order = list(frame["reader"])
+    base = alt.Chart(frame, title="R1 (measured here): cold-read bandwidth, one worker vs the device")
+    bars = base.mark_bar().encode(
+        x=alt.X("reader:N", sort=order, title=None, axis=alt.Axis(labelAngle=-30)),
+        y=alt.Y("median:Q", title="GB/s (median over rounds)", scale=alt.Scale(zero=True)),
+        color=alt.Color("kind:N", title=None),
+        tooltip=["reader", alt.Tooltip("median:Q", format=".3f"), alt.Tooltip("low:Q", format=".3f"),
+                 alt.Tooltip("high:Q", format=".3f")])
+    whiskers = base.mark_rule().encode(x=alt.X("reader:N", sort=order), y="low:Q", y2="high:Q")
+    return (bars + whiskers).properties(width=420, height=240).configure_axis(labelFontSize=11, titleFontSize=12)

@@ -130,16 +130,34 @@ def _cmd_model(args) -> None:
 
 def _cmd_tier_run(args) -> None:
     from .tierrun import CROSS_INSTANCE, TierSettings, run_cross_instance, run_tier
-    try:
-        settings = TierSettings(**json.loads(args.settings))
-    except (ValueError, TypeError) as exc:
-        raise KvtierError(f"--settings: {exc}") from None
+    settings = _settings(TierSettings, args.settings, "--settings")
     if args.tier == CROSS_INSTANCE:
         summary = run_cross_instance(settings, args.run_dir)
     else:
         summary = run_tier(args.tier, settings, args.run_dir)
     for window in summary["windows"]:
         print(f"{args.tier} {window['window']}: TTFT p50 {window['ttft_s']['p50']:.4f} s")
+
+
+def _settings(cls, text: str, option: str):
+    try:
+        return cls(**json.loads(text))
+    except (ValueError, TypeError) as exc:
+        raise KvtierError(f"{option}: {exc}") from None
+
+
+def _cmd_r1_reads(args) -> None:
+    from .r1probe import ReadSettings, run_reads
+    run = run_reads(_settings(ReadSettings, args.settings, "--settings"), args.run_dir)
+    print(f"R1 reads {run['status']}: {args.run_dir}")
+
+
+def _cmd_r1_resume(args) -> None:
+    from .r1probe import ResumeSettings, run_resume
+    from .tierrun import TierSettings
+    run = run_resume(_settings(TierSettings, args.settings, "--settings"),
+                     _settings(ResumeSettings, args.resume, "--resume"), args.run_dir)
+    print(f"R1 resume {run['status']}: {args.run_dir}")
 
 
 def _cmd_probe(args) -> None:
@@ -261,6 +279,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run-dir", required=True)
     p.add_argument("--settings", required=True, help="JSON of kvtier.tierrun.TierSettings")
     p.set_defaults(func=_cmd_tier_run)
+
+    p = sub.add_parser("r1-reads", help="R1 (a) and (b): cold loads of N chunks by one LMCache fs L2 worker, "
+                       "upstream vs patched, beside fio's direct reads per queue depth, and checkpoint saves")
+    p.add_argument("--run-dir", required=True)
+    p.add_argument("--settings", required=True, help="JSON of kvtier.r1probe.ReadSettings")
+    p.set_defaults(func=_cmd_r1_reads)
+
+    p = sub.add_parser("r1-resume", help="R1: resume of 12k-token sessions from L2 (a local_disk tier run), then "
+                       "the raw read time of their chunk files")
+    p.add_argument("--run-dir", required=True)
+    p.add_argument("--settings", required=True, help="JSON of kvtier.tierrun.TierSettings")
+    p.add_argument("--resume", default="{}", help="JSON of kvtier.r1probe.ResumeSettings")
+    p.set_defaults(func=_cmd_r1_resume)
 
     p = sub.add_parser("probe", help="record the platform (CPU, memory, NUMA, accelerators, the devices behind "
                        "each path, kernel, versions, model hash) as JSON validated by its schema (evidence R4)")

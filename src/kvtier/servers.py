@@ -175,6 +175,10 @@ class VllmServer(ManagedProcess):
             return False
 
 
+TRANSFERS = ("shm", "pickle")
+SHM_DIR = "/dev/shm"
+
+
 @dataclass
 class LMCacheServer(ManagedProcess):
     """LMCache's multi-process (MP) server: L1 in host DRAM, optionally an fs L2 under `l2_path`. MP mode is
@@ -184,6 +188,9 @@ class LMCacheServer(ManagedProcess):
     l2_path: str | None = None
     l2_options: dict = field(default_factory=dict)   # more fs adapter settings, e.g. load_concurrency
     site: str | None = None       # a kvtier LMCache build's site directory: run that LMCache instead of the venv's
+    # How KV reaches the vLLM worker: "shm" (L1 in a shared-memory segment the worker maps) or "pickle" (serialized
+    # over the IPC socket; LMCache's default, two-thirds of a 12k-token L2 resume here).
+    transfer: str = "shm"
     port: int = 0
     http_port: int = 0
     extra_args: list[str] = field(default_factory=list)
@@ -192,6 +199,8 @@ class LMCacheServer(ManagedProcess):
     name = "LMCache"
 
     def __post_init__(self) -> None:
+        if self.transfer not in TRANSFERS:
+            raise KvtierError(f"LMCache transfer {self.transfer!r}: one of {', '.join(TRANSFERS)}")
         self.port = self.port or free_port()
         self.http_port = self.http_port or free_port()
 
@@ -199,11 +208,30 @@ class LMCacheServer(ManagedProcess):
     def metrics_url(self) -> str:
         return f"http://127.0.0.1:{self.http_port}/metrics"
 
+    @property
+    def shm_name(self) -> str:
+        """The shared-memory segment of this server's L1 (unique per port: two servers never share one)."""
+        return f"kvtier-lmcache-{self.port}" if self.transfer == "shm" else ""
+
+    def start(self):
+        self._remove_segment()  # a segment left by a server that was killed would be reused half-written
+        return super().start()
+
+    def stop(self, grace_s: float = 30.0) -> None:
+        super().stop(grace_s)
+        self._remove_segment()
+
+    def _remove_segment(self) -> None:
+        if self.shm_name:
+            Path(SHM_DIR, self.shm_name).unlink(missing_ok=True)
+
     def command(self) -> list[str]:
         lmcache = str(Path(sys.executable).with_name("lmcache"))
         cmd = [lmcache, "server", "--host", "127.0.0.1", "--port", str(self.port), "--l1-size-gb",
                f"{self.l1_size_gb:g}", "--eviction-policy", "LRU", "--supported-transfer-mode", "engine_driven",
                "--http-host", "127.0.0.1", "--http-port", str(self.http_port)]
+        if self.shm_name:
+            cmd += ["--shm-name", self.shm_name]
         if self.l2_path:
             cmd += ["--l2-adapter", json.dumps({"type": "fs", "base_path": str(self.l2_path), **self.l2_options})]
         return cmd + list(self.extra_args)

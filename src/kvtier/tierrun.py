@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import lmcache_build
+from . import lmcache_build, pagecache
 from .atomic import write_text
 from .bench.runner import BenchConfig, Runner, reset_prefix_cache
 from .errors import KvtierError
@@ -63,22 +63,8 @@ class TierSettings:
     # or the venv's own when empty; and the fs L2 adapter's read bound (a setting of the patched build).
     lmcache_build: str = ""
     l2_load_concurrency: int | None = None
-
-
-def drop_page_cache(directory: str | os.PathLike) -> int:
-    """Evict every file under `directory` from the OS page cache (posix_fadvise DONTNEED, no privileges
-    needed), so the next read comes from the device. Returns the number of files."""
-    count = 0
-    for path in Path(directory).rglob("*"):
-        if path.is_file():
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                os.fsync(fd)  # dirty pages cannot be dropped
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            finally:
-                os.close(fd)
-            count += 1
-    return count
+    # How the LMCache server hands KV to the vLLM worker: a shared-memory L1 ("shm") or pickles over IPC.
+    lmcache_transfer: str = "shm"
 
 
 def pool_state(directory: str | os.PathLike) -> dict:
@@ -126,7 +112,8 @@ class TierStack:
                        if settings.l2_load_concurrency is not None else {})
             self.lmcache = LMCacheServer(log_path=str(log_dir / "lmcache.log"), l1_size_gb=settings.lmcache_l1_gb,
                                          l2_path=str(self.pool) if self.pool else None, l2_options=options,
-                                         site=str(Path(settings.lmcache_build) / build["site"]) if build else None)
+                                         site=str(Path(settings.lmcache_build) / build["site"]) if build else None,
+                                         transfer=settings.lmcache_transfer)
         self.vllm = VllmServer(settings.model_dir, str(log_dir / "vllm.log"), served_name=settings.served_name,
                                max_model_len=settings.max_model_len, kv_cache_gib=settings.engine_kv_gib,
                                prefix_caching=tier != "recompute",
@@ -174,7 +161,7 @@ class TierStack:
         # first let the pool settle: a store cut short by the restart would turn into a miss.
         wait_pool_settled(self.pool)
         self.stop()
-        drop_page_cache(self.pool)
+        pagecache.drop(self.pool)
         if self.lmcache:
             self.lmcache.start()
         self.vllm.start()
@@ -241,7 +228,7 @@ class _ReaderEviction:
             state = wait_pool_settled(self.reader.pool)
             write_text(self.run_dir / POOL_FILE, json.dumps({"after_populate_by": "writer", **state}, indent=2)
                        + "\n")
-            drop_page_cache(self.reader.pool)
+            pagecache.drop(self.reader.pool)
         else:
             self.reader.evict()
 

@@ -5,6 +5,7 @@ import os
 import sys
 
 from kvtier import config as kvtier_config
+from kvtier import r1 as kvtier_r1
 from kvtier.catalog import BY_ID as CATALOG
 from kvtier.errors import KvtierError
 
@@ -33,15 +34,26 @@ PATCHES = sorted(glob.glob("patches/*.patch")) if LMCACHE["build"] == "patched" 
 # What `kvtier tier-run` needs (kvtier.tierrun.TierSettings), the same for every tier.
 _SERVER = {("vllm_extra_args" if key == "extra_args" else key): value for key, value in RUNS["server"].items()}
 TIER_SETTINGS = json.dumps({"model_dir": MODEL_DIR, "served_name": MODEL["served_name"], **_SERVER,
-                            "lmcache_build": LMCACHE_BUILD,
+                            "lmcache_build": LMCACHE_BUILD, "lmcache_transfer": LMCACHE["transfer"],
                             "l2_load_concurrency": LMCACHE["load_concurrency"] if PATCHES else None,
                             **{key: value for key, value in RUNS.items()
                                if key not in ("enabled", "campaign", "tiers", "cross_instance", "server")}})
 # The campaign's runs: one per tier, and R3's cross-instance run.
 RUN_KINDS = list(RUNS["tiers"]) + (["cross_instance"] if RUNS["cross_instance"] else [])
 
+# R1 (kvtier.r1probe): its reads compare both LMCache builds; its resume runs the configured one.
+R1 = config["r1"]
+R1_DIR = f"{CAMPAIGN_DIR}/R1"
+R1_READ_SETTINGS = json.dumps({"pool_path": RUNS["shared_pool_path"], "local_disk_path": RUNS["local_disk_path"],
+                               "builds": {v: f"build/lmcache/{v}" for v in ("upstream", "patched")},
+                               "load_concurrency": LMCACHE["load_concurrency"], "timeout_s": RUNS["timeout_s"],
+                               **{k: R1[k] for k in ("chunks", "chunk_mib", "queue_depths", "rounds", "checkpoint")}})
+R1_RESUME_SETTINGS = json.dumps(R1["resume"])
+# The raw files the R1 page reads (hashed into its manifest).
+R1_RAW_FILES = kvtier_r1.RAW_FILES
+
 # Evidence items this run builds (catalog ids), and the evidence folder of each.
-ITEMS = (list(config["replay"]["items"]) + (["A"] if config["audit"]["enabled"] else [])
+ITEMS = (list(config["replay"]["items"]) + (["A"] if config["audit"]["enabled"] else []) + (["R1"] if R1["enabled"] else [])
          + (["R2_local"] if RUNS["enabled"] else []) + (["R3"] if RUNS["enabled"] and RUNS["cross_instance"] else []))
 FOLDERS = [CATALOG[item].folder for item in ITEMS]
 SOURCES = sorted(glob.glob(f"{PUBLISHED}/sources/*.txt"))

@@ -1,0 +1,119 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # R1 — the parallel-read patch and checkpoint saves, measured on this machine
+#
+# The report's R1: an LMCache parallel-read patch raised one worker's cold-read bandwidth from 0.98 to 5.23 GB/s,
+# and a checkpoint save of an 8-GPU 32B LoRA run went from 3.26 to 6.40 GB/s. Here the same questions are asked of
+# this machine, in one run:
+#
+# - **Cold reads.** One LMCache fs L2 worker (MP mode's `FSL2Adapter`) loads N chunk files from the pool directory,
+#   as the upstream 0.5.6 release (one key after another) and as kvtier's patched build (bounded concurrent loads,
+#   `patches/`), in alternating order from round to round. Right before each load the files are dropped from the
+#   page cache with `posix_fadvise(DONTNEED)` (not O_DIRECT), and the bytes still resident are counted with
+#   `mincore`. Beside them, fio reads a file of the same size in the same directory with O_DIRECT (libaio) at each
+#   queue depth: the device limit.
+# - **Checkpoint saves.** A LoRA-sized adapter state dict, in safetensors shards, saved with fsync to the local
+#   disk and to the pool path, by one writer (shard after shard) and by parallel writers (one per shard).
+# - **Resume.** Sessions of 12k tokens resumed from L2 (a local_disk tier run at concurrency 1, every resume
+#   reading its chunks cold), against the time to read those chunk files whole, cold, one after another.
+#
+# Every figure is the median over the run's rounds, every ratio is between figures of this run, and all are
+# computed by `kvtier.r1` from the raw records of `kvtier.r1probe`.
+
+# %% tags=["parameters"]
+r1_dir = "../tests/fixtures/r1"  # an R1 directory: reads/ (kvtier r1-reads) and resume/ (kvtier r1-resume)
+published_dir = "../raw_data/published"  # the report's claims ledger (claims.yaml), for context
+out_dir = ""  # evidence folder for the tables and chart; empty: write nothing
+chart_png_scale = 2.0
+
+# %%
+from pathlib import Path
+
+from IPython.display import SVG, Markdown, display
+
+from kvtier import charts, r1
+from kvtier.audit import ledger
+
+measured = r1.load(r1_dir)
+
+# %% [markdown]
+# ## Conditions
+
+# %%
+display(Markdown(r1.conditions_markdown(measured.conditions)))
+
+# %% [markdown]
+# ## Targets
+#
+# Patched ≥ 0.8 × fio at its best queue depth, and ≥ 2 × upstream on a device that rewards parallel reads
+# (fio's best depth ≥ 1.5 × depth 1); on a device that does not, patched ≥ upstream. A resume from L2 within
+# 2 × the raw read time of its chunk files.
+
+# %% tags=["nbval-check-output"]
+print(r1.targets_text(measured))
+
+# %% [markdown]
+# ## Cold reads: one LMCache worker per build, and fio per queue depth (GB/s)
+#
+# `resident_bytes_before_max` is the most of the chunk files found in the page cache right before a timed load
+# (0: every load read the device).
+
+# %% tags=["nbval-check-output"]
+print(measured.coldread.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+print()
+print(measured.fio.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+
+# %%
+display(SVG(charts.to_svg(charts.r1_chart(measured.coldread, measured.fio))))
+
+# %% [markdown]
+# Every round, for the spread behind the medians:
+
+# %%
+display(measured.coldread_rounds[["round", "build", "seconds", "gb_per_s", "resident_bytes_before"]]
+        .style.hide(axis="index").format(precision=3))
+
+# %% [markdown]
+# ## Checkpoint saves (GB/s, fsync included)
+
+# %% tags=["nbval-check-output"]
+print(measured.checkpoint.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+
+# %% [markdown]
+# ## Resume of long sessions from L2
+#
+# Per session: TTFT of the resume (client side, streaming), the raw read time of its chunk files (the pool's
+# files read whole and cold, divided equally among the sessions), and LMCache's own timings from its log: the
+# L2 prefetch, and the retrieve into the engine. `window_l2_hit_tokens` is LMCache's L2 hit count over the window.
+
+# %% tags=["nbval-check-output"]
+if measured.resume is None:
+    print("no resume run in this R1 directory")
+else:
+    print(measured.resume.drop(columns=["request_id"]).to_string(index=False, float_format=lambda v: f"{v:.4f}"))
+
+# %% [markdown]
+# ## The published figures, as context
+#
+# Measured on an AMD MI308X node with a 4-disk RAID0 flash pool over 100 GbE, of a 480B model and a 32B LoRA run:
+# not the same device, model or chunk size as here, so they are shown beside, not compared.
+
+# %%
+display(r1.published_context(ledger.load(Path(published_dir) / "claims.yaml")).style.hide(axis="index"))
+
+# %%
+if out_dir:
+    for path in r1.write_evidence(measured, out_dir, png_scale=chart_png_scale):
+        print(f"wrote {Path(path).name}")

@@ -1,0 +1,248 @@
+"""R1: the parallel-read patch and checkpoint saves, measured here (raw_data/runs/<campaign>/R1/).
+
+From the raw records of kvtier.r1probe: cold-read bandwidth of one LMCache fs L2 worker per build (upstream,
+patched) beside fio's direct-read bandwidth per queue depth on the same directory (the device limit), the
+checkpoint-save write bandwidth per target and writer, and the resume of 12k-token sessions from L2 against the
+raw read time of their chunk files. Every ratio is taken between figures of one run; a figure is the median over
+the run's rounds. The published R1 figures (a MI308X node and a network flash pool) are context, not a target.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from .bench.records import read_records
+from .errors import KvtierError
+from .r1probe import (CHECKPOINT_FILE, COLDREAD_FILE, FIO_FILE, PLATFORM_FILE, RAWREAD_FILE, RESUME_RUN,
+                      RUN_FILE)
+
+# A device "rewards parallelism" when fio's best queue depth reads at least this much faster than depth 1.
+PARALLEL_GAIN = 1.5
+PATCHED_VS_DEVICE = 0.8  # patched >= 0.8 x fio at its best queue depth
+PATCHED_VS_UPSTREAM = 2.0  # on a device that rewards parallelism; else patched >= upstream
+RESUME_VS_RAW = 2.0  # resume TTFT of a session <= 2 x the raw read time of its chunk files
+OUTPUT_FILES = {"coldread": "R1_coldread.csv", "fio": "R1_fio.csv", "targets": "R1_targets.csv",
+                "checkpoint": "R1_checkpoint.csv", "resume": "R1_resume.csv", "chart": "R1_chart"}
+# The raw files of an R1 directory that the page reads, relative to it.
+RAW_FILES = [f"reads/{name}" for name in (RUN_FILE, PLATFORM_FILE, COLDREAD_FILE, FIO_FILE, CHECKPOINT_FILE)] + [
+    f"resume/{name}" for name in (RUN_FILE, RAWREAD_FILE, f"{RESUME_RUN}/summary.json",
+                                  f"{RESUME_RUN}/requests.jsonl", f"{RESUME_RUN}/server_logs/lmcache.log")]
+_RETRIEVED = re.compile(r"Retrieved (\d+) tokens in ([0-9.]+) s")
+_PREFETCHED = re.compile(r"Prefetch request completed \(L1\+L2\): (\d+)/(\d+) retained keys "
+                         r"\((\d+) L1, (\d+) L2\) in ([0-9.]+) ms")
+
+
+@dataclass(frozen=True)
+class Measured:
+    coldread_rounds: pd.DataFrame  # one row per build x round
+    fio_rounds: pd.DataFrame  # one row per queue depth x round
+    coldread: pd.DataFrame  # per build: median / min / max GB/s
+    fio: pd.DataFrame  # per queue depth
+    checkpoint: pd.DataFrame  # per target x writer
+    resume: pd.DataFrame | None  # per session resumed, with the raw read time per session
+    targets: pd.DataFrame  # one row per target: figure, threshold, met
+    conditions: dict
+
+
+def _frame(path: Path, required: tuple[str, ...]) -> pd.DataFrame:
+    if not path.is_file():
+        raise KvtierError(f"{path}: missing (run `kvtier r1-reads` / rule r1_reads)")
+    frame = pd.DataFrame(list(read_records(path)))
+    missing = [c for c in required if c not in frame.columns]
+    if frame.empty or missing:
+        raise KvtierError(f"{path}: no records" if frame.empty else f"{path}: records lack {missing}")
+    return frame
+
+
+def _spread(frame: pd.DataFrame, by: list[str]) -> pd.DataFrame:
+    grouped = frame.groupby(by, sort=False)["gb_per_s"]
+    return pd.DataFrame({"rounds": grouped.count(), "gb_per_s_median": grouped.median(),
+                         "gb_per_s_min": grouped.min(), "gb_per_s_max": grouped.max()}).reset_index()
+
+
+def _complete(run_dir: Path) -> dict:
+    path = run_dir / RUN_FILE
+    if not path.is_file():
+        raise KvtierError(f"{path}: missing")
+    run = json.loads(path.read_text())
+    if run.get("status") != "complete":
+        raise KvtierError(f"{path}: the run is {run.get('status')!r}, not complete ({run.get('error')})")
+    return run
+
+
+def retrieve_lines(log: Path) -> dict:
+    """LMCache's own timings of the L2 prefetches and of the retrieves into the engine, from its log."""
+    text = log.read_text(errors="replace") if log.is_file() else ""
+    retrieved = [(int(n), float(s)) for n, s in _RETRIEVED.findall(text) if int(n)]
+    prefetched = [(int(l2), float(ms) / 1000) for _, _, _, l2, ms in _PREFETCHED.findall(text) if int(l2)]
+    return {"retrieved": retrieved, "prefetched_l2": prefetched}
+
+
+def load_resume(resume_dir: Path) -> pd.DataFrame:
+    """Per session resumed from L2: its TTFT, and the raw read time of its share of the chunk files."""
+    from .campaign import attribution
+    _complete(resume_dir)
+    run_dir = resume_dir / RESUME_RUN
+    summary = json.loads((run_dir / "summary.json").read_text())
+    windows = [w for w in summary["windows"] if w["kind"] == "resume"]
+    if len(windows) != 1:
+        raise KvtierError(f"{run_dir}: expected one resume window, found {len(windows)}")
+    window = windows[0]
+    row = attribution("local_disk", window)
+    records = [r for r in read_records(run_dir / "requests.jsonl")
+               if r["phase"] == window["window"] and r["error"] is None and r["first_token_ns"]]
+    raw = _frame(resume_dir / RAWREAD_FILE, ("seconds", "files", "bytes"))
+    sessions = len(records)
+    if not sessions:
+        raise KvtierError(f"{run_dir}: no completed request in window {window['window']}")
+    raw_s = float(raw["seconds"].median()) / sessions  # every session is the same length: equal shares
+    logs = retrieve_lines(run_dir / "server_logs" / "lmcache.log")
+    rows = []
+    for record in sorted(records, key=lambda r: r["send_ns"]):
+        ttft = (record["first_token_ns"] - record["send_ns"]) / 1e9
+        rows.append({"request_id": record["request_id"], "prompt_tokens": record["prompt_tokens"],
+                     "ttft_s": ttft, "raw_read_s": raw_s, "ttft_over_raw_read": ttft / raw_s,
+                     "chunk_bytes": int(raw["bytes"].iloc[0]) / sessions,
+                     "window_l2_hit_tokens": row["l2_hit_tokens"], "window_valid": row["valid"]})
+    frame = pd.DataFrame(rows)
+    retrieved = [s for n, s in logs["retrieved"]][-sessions:]
+    prefetched = [s for _, s in logs["prefetched_l2"]][-sessions:]
+    frame["lmcache_prefetch_l2_s"] = prefetched if len(prefetched) == sessions else None
+    frame["lmcache_retrieve_s"] = retrieved if len(retrieved) == sessions else None
+    return frame
+
+
+def _target(name: str, figure: float | None, threshold: float, met: bool | None, detail: str) -> dict:
+    return {"target": name, "figure": figure, "threshold": threshold, "met": met, "detail": detail}
+
+
+def targets(coldread: pd.DataFrame, fio: pd.DataFrame, resume: pd.DataFrame | None,
+            load_concurrency: int) -> tuple[pd.DataFrame, bool]:
+    bw = coldread.set_index("build")["gb_per_s_median"]
+    by_depth = fio.set_index("iodepth")["gb_per_s_median"]
+    best_depth = int(by_depth.idxmax())
+    rewards = bool(by_depth.max() >= PARALLEL_GAIN * by_depth.get(1, by_depth.iloc[0]))
+    patched, upstream = float(bw["patched"]), float(bw["upstream"])
+    gain = patched / upstream
+    rows = [
+        _target("patched / fio at its best queue depth", patched / by_depth.max(), PATCHED_VS_DEVICE,
+                patched >= PATCHED_VS_DEVICE * by_depth.max(),
+                f"patched {patched:.3f} GB/s; fio best {by_depth.max():.3f} GB/s at depth {best_depth}"),
+        _target("patched / upstream" + ("" if rewards else " (device does not reward parallelism)"), gain,
+                PATCHED_VS_UPSTREAM if rewards else 1.0, gain >= (PATCHED_VS_UPSTREAM if rewards else 1.0),
+                f"patched {patched:.3f} vs upstream {upstream:.3f} GB/s; fio best depth / depth 1 = "
+                f"{by_depth.max() / by_depth.get(1, by_depth.iloc[0]):.2f} (rewards parallelism at ≥ "
+                f"{PARALLEL_GAIN})"),
+    ]
+    if load_concurrency in by_depth.index:
+        rows.append(_target(f"patched / fio at depth {load_concurrency} (the patch's bound)",
+                            patched / by_depth[load_concurrency], PATCHED_VS_DEVICE,
+                            patched >= PATCHED_VS_DEVICE * by_depth[load_concurrency],
+                            f"fio {by_depth[load_concurrency]:.3f} GB/s at depth {load_concurrency}"))
+    if resume is not None:
+        ratio = float(resume["ttft_s"].median() / resume["raw_read_s"].median())
+        rows.append(_target("resume TTFT / raw read time of its chunk files", ratio, RESUME_VS_RAW,
+                            ratio <= RESUME_VS_RAW,
+                            f"TTFT p50 {resume['ttft_s'].median():.3f} s for {int(resume['prompt_tokens'].median())}"
+                            f" prompt tokens; raw read {resume['raw_read_s'].median():.4f} s of "
+                            f"{resume['chunk_bytes'].median() / 2**20:.1f} MiB"))
+    return pd.DataFrame(rows), rewards
+
+
+def load(r1_dir: str | os.PathLike) -> Measured:
+    r1_dir = Path(r1_dir)
+    reads_dir = r1_dir / "reads"
+    run = _complete(reads_dir)
+    coldread_rounds = _frame(reads_dir / COLDREAD_FILE, ("round", "build", "gb_per_s", "resident_bytes_before"))
+    fio_rounds = _frame(reads_dir / FIO_FILE, ("round", "iodepth", "gb_per_s"))
+    checkpoint_rounds = _frame(reads_dir / CHECKPOINT_FILE, ("round", "target", "writer", "gb_per_s"))
+    missing = {"upstream", "patched"} - set(coldread_rounds["build"])
+    if missing:
+        raise KvtierError(f"{reads_dir / COLDREAD_FILE}: no records of build(s) {sorted(missing)}")
+    coldread = _spread(coldread_rounds, ["build"])
+    coldread["version"] = coldread["build"].map(coldread_rounds.groupby("build")["lmcache_version"].first())
+    coldread["resident_bytes_before_max"] = coldread["build"].map(
+        coldread_rounds.groupby("build")["resident_bytes_before"].max())
+    fio = _spread(fio_rounds, ["iodepth"]).sort_values("iodepth").reset_index(drop=True)
+    checkpoint = _spread(checkpoint_rounds, ["target", "writer"])
+    resume_dir = r1_dir / "resume"
+    resume = load_resume(resume_dir) if (resume_dir / RUN_FILE).is_file() else None
+    settings = run["settings"]
+    table, rewards = targets(coldread, fio, resume, settings["load_concurrency"])
+    from . import platform_probe
+    platform = platform_probe.read(reads_dir / PLATFORM_FILE)
+    conditions = {"chunks": settings["chunks"], "chunk_mib": settings["chunk_mib"],
+                  "load_concurrency": settings["load_concurrency"], "rounds": settings["rounds"],
+                  "queue_depths": settings["queue_depths"], "page_cache": run["page_cache"], "fio": run["fio"],
+                  "lmcache_versions": run["lmcache_versions"], "checkpoint_spec": run["checkpoint_spec"],
+                  "device_rewards_parallelism": rewards, "platform": platform,
+                  "platform_file": f"reads/{PLATFORM_FILE}",
+                  "same_device": platform["storage"]["local_disk"]["st_dev"]
+                  == platform["storage"]["shared_pool"]["st_dev"]}
+    return Measured(coldread_rounds, fio_rounds, coldread, fio, checkpoint, resume, table, conditions)
+
+
+def conditions_markdown(conditions: dict) -> str:
+    """The conditions printed above the R1 tables: what was read and written, how, and on what (the run's
+    platform record)."""
+    from .ckptsave import CheckpointSpec
+    from .r2_local import platform_lines
+    c, p = conditions, conditions["platform"]
+    spec = CheckpointSpec(**c["checkpoint_spec"])
+    storage = p["storage"]
+    versions = ", ".join(f"{build} `{version}`" for build, version in c["lmcache_versions"].items())
+    lines = [
+        f"- **Cold reads**: {c['chunks']} chunk files × {c['chunk_mib']:g} MiB per load, one worker, "
+        f"load concurrency {c['load_concurrency']} (patched build; upstream reads one key at a time); "
+        f"{c['rounds']} rounds; page cache dropped with {c['page_cache']} before every load",
+        f"- **LMCache builds**: {versions}",
+        f"- **Device limit**: {c['fio']}, O_DIRECT sequential read (libaio) of a file of the same size, block = "
+        f"chunk size, queue depths {', '.join(map(str, c['queue_depths']))}",
+        f"- **Checkpoint**: LoRA rank {spec.rank} on every projection of {spec.layers} layers (hidden {spec.hidden}, "
+        f"MLP {spec.intermediate}, K/V {spec.kv_dim}), {spec.dtype}: {spec.parameters() / 1e6:.0f} M parameters, "
+        f"{spec.bytes() / 1e6:.0f} MB in {spec.shards} safetensors shards, fsync per shard",
+        *platform_lines(p, {"pool (cold reads, fio, checkpoint)": storage["shared_pool"],
+                            "local disk (checkpoint)": storage["local_disk"]}, c["same_device"]),
+        f"- **Platform record**: `{c['platform_file']}`",
+    ]
+    return "\n".join(lines)
+
+
+def published_context(claims) -> pd.DataFrame:
+    """The report's R1 figures (claims ledger), to show beside the measured ones."""
+    rows = [{"claim": c.id, "figure": c.claimed, "unit": c.quantity.get("unit"),
+             "what": c.quantity.get("metric", "").replace("_", " ")
+             + (f" ({c.quantity['conditions']})" if c.quantity.get("conditions") else ""), "quote": c.quote}
+            for c in claims.claims if "R1" in c.evidence]
+    return pd.DataFrame(rows)
+
+
+def targets_text(measured: Measured) -> str:
+    lines = []
+    for row in measured.targets.itertuples():
+        verdict = "MET" if row.met else "NOT MET"
+        sign = "≤" if "resume" in row.target else "≥"
+        lines.append(f"{verdict}: {row.target} = {row.figure:.2f} (target {sign} {row.threshold:g}); {row.detail}")
+    if not measured.conditions["device_rewards_parallelism"]:
+        lines.append("This device does not reward parallel reads (fio's best queue depth is less than "
+                     f"{PARALLEL_GAIN}× depth 1), so the 2× gain over upstream cannot show here; the target is "
+                     "patched ≥ upstream.")
+    return "\n".join(lines)
+
+
+def write_evidence(measured: Measured, out_dir: str | os.PathLike, png_scale: float = 2.0) -> list[Path]:
+    from .charts import r1_chart, save_chart
+    from .evidence_io import write_table
+    out_dir = Path(out_dir)
+    written = [write_table(getattr(measured, name), out_dir / OUTPUT_FILES[name])
+               for name in ("coldread", "fio", "targets", "checkpoint")]
+    if measured.resume is not None:
+        written.append(write_table(measured.resume, out_dir / OUTPUT_FILES["resume"]))
+    return written + save_chart(r1_chart(measured.coldread, measured.fio), out_dir / OUTPUT_FILES["chart"],
+                                png_scale=png_scale)

@@ -1,0 +1,207 @@
+"""R1 probes on real parts: both LMCache builds' fs L2 adapter reading real files cold, real fio, real fsync'd
+safetensors shards; the page cache checked with mincore; the R1 tables and targets computed from the records."""
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+from conftest import ROOT, run
+from kvtier import ckptsave, fio, pagecache, r1, r1probe
+from kvtier.errors import KvtierError
+
+FIXTURE = ROOT / "tests" / "fixtures" / "r1"
+CKPT = {"layers": 4, "hidden": 256, "intermediate": 512, "kv_dim": 64, "rank": 8, "shards": 2}
+
+
+def test_dropped_files_leave_the_page_cache_and_reads_bring_them_back(tmp_path):
+    path = tmp_path / "chunk.data"
+    path.write_bytes(os.urandom(4 << 20))
+    path.read_bytes()
+    assert pagecache.resident_bytes(path) == 4 << 20
+    assert pagecache.drop(tmp_path) == 1
+    assert pagecache.resident_bytes(tmp_path) == 0
+    with open(path, "rb") as f:
+        f.read(1 << 20)
+    assert 0 < pagecache.resident_bytes(path) <= 4 << 20
+
+
+def test_checkpoint_spec_counts_a_32b_lora_and_refuses_nonsense():
+    spec = ckptsave.CheckpointSpec()
+    # rank 16 x (in + out) of q, k, v, o, gate, up, down, over 64 layers
+    per_layer = 16 * ((5120 + 5120) * 2 + (5120 + 1024) * 2 + (5120 + 27648) * 2 + (27648 + 5120))
+    assert spec.parameters() == 64 * per_layer and spec.bytes() == 2 * spec.parameters()
+    with pytest.raises(KvtierError, match="shards"):
+        ckptsave.CheckpointSpec(layers=2, shards=4)
+    with pytest.raises(KvtierError, match="rank must be a positive integer"):
+        ckptsave.CheckpointSpec(rank=0)
+    with pytest.raises(KvtierError, match="dtype"):
+        ckptsave.CheckpointSpec(dtype="int8")
+
+
+@pytest.mark.parametrize("writer", ckptsave.WRITERS)
+def test_a_checkpoint_save_writes_every_shard_then_removes_it(tmp_path, writer):
+    from safetensors.torch import load  # noqa: PLC0415
+
+    spec = ckptsave.CheckpointSpec(**CKPT)
+    shards = ckptsave.state_dict_shards(spec)
+    assert sum(t.numel() for shard in shards for t in shard.values()) == spec.parameters()
+    seen = {}
+    real_save = ckptsave._save
+
+    def keep_copy(shard, path):
+        written = real_save(shard, path)
+        seen[path.name] = load(path.read_bytes())
+        return written
+
+    ckptsave._save, saved = keep_copy, None
+    try:
+        saved = ckptsave.save(shards, tmp_path, writer)
+    finally:
+        ckptsave._save = real_save
+    assert saved["writer"] == writer and saved["shards"] == 2 and saved["gb_per_s"] > 0
+    assert saved["bytes"] > spec.bytes()  # the tensors plus the safetensors headers
+    assert sorted(seen) == ["adapter-00001-of-00002.safetensors", "adapter-00002-of-00002.safetensors"]
+    for name, shard in zip(sorted(seen), shards):
+        assert seen[name].keys() == shard.keys()
+        assert all(seen[name][k].view(torch.uint8).equal(shard[k].view(torch.uint8)) for k in shard)
+    assert not (tmp_path / ckptsave.DIR_NAME).exists()
+    with pytest.raises(KvtierError, match="unknown checkpoint writer 'many'"):
+        ckptsave.save(shards, tmp_path, "many")
+
+
+def test_fio_reports_direct_reads_per_queue_depth(tmp_path):
+    one = fio.direct_read(tmp_path, 8 << 20, 1 << 20, 1)
+    deep = fio.direct_read(tmp_path, 8 << 20, 1 << 20, 8)
+    assert (one["iodepth"], deep["iodepth"]) == (1, 8)
+    assert one["bytes"] == deep["bytes"] == 8 << 20 and one["gb_per_s"] > 0 and deep["gb_per_s"] > 0
+    assert one["fio_version"].startswith("fio-")
+    with pytest.raises(KvtierError, match="not a fio JSON report"):
+        fio.parse("fio: option not understood", source="x")
+
+
+def test_a_missing_fio_is_named_with_how_to_install_it(monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(KvtierError, match="fio not found on PATH.*apt-get install fio"):
+        fio.executable()
+
+
+@pytest.fixture(scope="module")
+def reads(lmcache_builds, tmp_path_factory):
+    """A real, small R1 reads run over both builds."""
+    base = tmp_path_factory.mktemp("r1")
+    settings = r1probe.ReadSettings(pool_path=str(base / "pool"), local_disk_path=str(base / "local"),
+                                    builds={name: str(path) for name, (path, _) in lmcache_builds.items()},
+                                    chunks=24, chunk_mib=0.5, load_concurrency=4, queue_depths=[1, 4], rounds=2,
+                                    checkpoint=CKPT)
+    run_dir = base / "R1" / "reads"
+    return settings, run_dir, r1probe.run_reads(settings, run_dir)
+
+
+def test_reads_alternate_the_builds_and_every_load_starts_cold(reads):
+    settings, run_dir, run = reads
+    assert run["status"] == "complete" and run["page_cache"] == "posix_fadvise DONTNEED"
+    loads = [json.loads(line) for line in (run_dir / r1probe.COLDREAD_FILE).read_text().splitlines()]
+    assert [(r["round"], r["build"]) for r in loads] == [(0, "upstream"), (0, "patched"), (1, "patched"),
+                                                         (1, "upstream")]
+    by_build = {r["build"]: r for r in loads}
+    assert by_build["patched"]["adapter_reads_concurrently"] and not by_build["upstream"]["adapter_reads_concurrently"]
+    assert by_build["patched"]["lmcache_version"].startswith("0.5.6+kvtier.")
+    assert by_build["upstream"]["lmcache_version"] == "0.5.6"
+    assert all(r["resident_bytes_before"] == 0 and r["bytes"] == 24 * (1 << 19) for r in loads)
+    fios = [json.loads(line) for line in (run_dir / r1probe.FIO_FILE).read_text().splitlines()]
+    assert [(r["round"], r["iodepth"]) for r in fios] == [(0, 1), (0, 4), (1, 1), (1, 4)]
+    saves = [json.loads(line) for line in (run_dir / r1probe.CHECKPOINT_FILE).read_text().splitlines()]
+    assert {(r["target"], r["writer"]) for r in saves} == {(t, w) for t in ("local_disk", "shared_pool")
+                                                           for w in ckptsave.WRITERS}
+    assert len(saves) == 8
+    # Nothing of the probe is left on the pool or the local disk.
+    assert not any(Path(settings.pool_path).iterdir()) and not any(Path(settings.local_disk_path).iterdir())
+
+
+def test_r1_tables_and_targets_come_from_the_records(reads):
+    _, run_dir, _ = reads
+    measured = r1.load(run_dir.parent)
+    coldread = measured.coldread.set_index("build")
+    for build in ("upstream", "patched"):
+        values = measured.coldread_rounds.query("build == @build")["gb_per_s"]
+        assert coldread.loc[build, "gb_per_s_median"] == pytest.approx(values.median())
+    assert list(measured.fio["iodepth"]) == [1, 4]
+    targets = measured.targets.set_index("target")
+    device = targets.filter(like="fio at its best", axis=0).iloc[0]
+    assert device["figure"] == pytest.approx(coldread.loc["patched", "gb_per_s_median"]
+                                             / measured.fio["gb_per_s_median"].max())
+    assert device["met"] == (device["figure"] >= 0.8)
+    assert measured.resume is None  # no resume run in this directory
+    text = r1.targets_text(measured)
+    assert text.count("MET") >= 3 and "patched / upstream" in text
+    written = r1.write_evidence(measured, run_dir.parent / "evidence", png_scale=1)
+    assert {p.name for p in written} >= {"R1_coldread.csv", "R1_targets.csv", "R1_chart.png", "R1_chart.svg"}
+
+
+def test_the_device_rule_picks_the_target(reads):
+    _, run_dir, _ = reads
+    measured = r1.load(run_dir.parent)
+    flat = measured.fio.assign(gb_per_s_median=[1.0, 1.2])
+    steep = measured.fio.assign(gb_per_s_median=[1.0, 3.0])
+    coldread = measured.coldread.assign(gb_per_s_median=measured.coldread["build"].map({"upstream": 1.0,
+                                                                                        "patched": 1.5}))
+    table, rewards = r1.targets(coldread, flat, None, 4)
+    assert not rewards and table.iloc[1]["threshold"] == 1.0 and table.iloc[1]["met"]
+    table, rewards = r1.targets(coldread, steep, None, 4)
+    assert rewards and table.iloc[1]["threshold"] == 2.0 and not table.iloc[1]["met"]
+    assert not table.iloc[0]["met"]  # 1.5 < 0.8 x 3.0
+
+
+def test_bad_r1_settings_and_records_are_named(tmp_path, reads):
+    settings, run_dir, _ = reads
+    proc = run(["kvtier", "r1-reads", "--run-dir", str(tmp_path / "x"), "--settings",
+                json.dumps({"pool_path": "p", "local_disk_path": "l", "builds": {"patched": "b"}})], cwd=tmp_path,
+               check=False)
+    assert proc.returncode != 0 and "need upstream, patched" in proc.stderr and not (tmp_path / "x").exists()
+    proc = run(["kvtier", "r1-reads", "--run-dir", str(tmp_path / "x"), "--settings",
+                json.dumps({"pool_path": "p", "local_disk_path": "l", "builds": {}, "chunk": 3})], cwd=tmp_path,
+               check=False)
+    assert proc.returncode != 0 and "'chunk'" in proc.stderr
+    with pytest.raises(KvtierError, match="already holds a run"):
+        r1probe.run_reads(settings, run_dir)
+    copy = tmp_path / "R1"
+    shutil.copytree(run_dir.parent / "reads", copy / "reads")
+    (copy / "reads" / r1probe.FIO_FILE).unlink()
+    with pytest.raises(KvtierError, match="fio.jsonl: missing"):
+        r1.load(copy)
+    shutil.copy(run_dir / r1probe.FIO_FILE, copy / "reads" / r1probe.FIO_FILE)
+    with open(copy / "reads" / r1probe.COLDREAD_FILE, "a") as f:
+        f.write("{broken\n\n")
+    with pytest.raises(KvtierError, match="coldread.jsonl, line"):
+        r1.load(copy)
+    shutil.copy(run_dir / r1probe.COLDREAD_FILE, copy / "reads" / r1probe.COLDREAD_FILE)
+    record = json.loads((copy / "reads" / "run.json").read_text())
+    (copy / "reads" / "run.json").write_text(json.dumps({**record, "status": "incomplete", "error": "KeyboardInterrupt"}))
+    with pytest.raises(KvtierError, match="'incomplete', not complete"):
+        r1.load(copy)
+
+
+def test_the_r1_fixture_has_every_raw_file_and_no_machine_path():
+    for name in r1.RAW_FILES:
+        assert (FIXTURE / name).is_file(), name
+    for path in FIXTURE.rglob("*"):
+        if path.is_file():
+            text = path.read_text(errors="replace")
+            assert str(ROOT) not in text and "/tmp/" not in text and "/root" not in text, path
+
+
+def test_the_fixture_resume_reads_its_chunks_from_l2():
+    measured = r1.load(FIXTURE)
+    resume = measured.resume
+    assert resume is not None and len(resume) >= 2
+    assert resume["window_valid"].all() and (resume["window_l2_hit_tokens"] > 0).all()
+    assert (resume["ttft_s"] > 0).all() and (resume["raw_read_s"] > 0).all()
+    assert resume["lmcache_retrieve_s"].notna().all()
+    target = measured.targets.set_index("target").filter(like="resume", axis=0).iloc[0]
+    assert target["figure"] == pytest.approx(resume["ttft_s"].median() / resume["raw_read_s"].median())
+    assert pd.api.types.is_bool_dtype(measured.targets["met"])
