@@ -118,6 +118,14 @@ def test_lmcache_hands_kv_over_shared_memory_by_default_and_leaves_no_segment(tm
     assert not (tmp_path / shm.shm_name).exists()
 
 
+def test_server_ports_stay_out_of_the_ephemeral_range_and_are_never_handed_out_twice():
+    # A port from the ephemeral range can be taken by anyone binding port 0 (vLLM's engine does) between the
+    # moment it is chosen and the moment the server binds it: R3's second LMCache once failed that way.
+    from kvtier.servers import _ephemeral_range, free_port
+    ports = [free_port() for _ in range(64)]
+    assert len(set(ports)) == len(ports) and max(ports) < _ephemeral_range()[0]
+
+
 def test_a_populate_url_applies_to_cold_resume_only():
     from kvtier.bench.runner import BenchConfig
     from kvtier.errors import KvtierError

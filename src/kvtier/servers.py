@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -20,10 +21,37 @@ from pathlib import Path
 from .errors import KvtierError
 
 
+_HANDED_OUT: set[int] = set()
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+        return low, high
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free TCP port on 127.0.0.1 below the kernel's ephemeral range. A port is chosen here and bound later by
+    the server; one from the ephemeral range (what binding port 0 returns) can meanwhile be taken by any process
+    binding port 0 (vLLM's engine does, for its own sockets), and the server then fails with "address already in
+    use". Below that range only explicit binds compete, and this process never hands out a port twice."""
+    low = max(1024, min(_ephemeral_range()[0], 65536) - 1)
+    start = max(1024, low - 12000)
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(start, low)
+        if port in _HANDED_OUT:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _HANDED_OUT.add(port)
+        return port
+    raise KvtierError(f"no free TCP port found in {start}-{low - 1} on 127.0.0.1")
 
 
 def _tail(path: Path, lines: int = 25) -> str:
