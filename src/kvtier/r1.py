@@ -50,9 +50,9 @@ class Measured:
     conditions: dict
 
 
-def _frame(path: Path, required: tuple[str, ...]) -> pd.DataFrame:
+def _frame(path: Path, required: tuple[str, ...], made_by: str = "kvtier r1-reads") -> pd.DataFrame:
     if not path.is_file():
-        raise KvtierError(f"{path}: missing (run `kvtier r1-reads` / rule r1_reads)")
+        raise KvtierError(f"{path}: missing (made by `{made_by}`)")
     frame = pd.DataFrame(list(read_records(path)))
     missing = [c for c in required if c not in frame.columns]
     if frame.empty or missing:
@@ -97,7 +97,7 @@ def load_resume(resume_dir: Path) -> pd.DataFrame:
     row = attribution("local_disk", window)
     records = [r for r in read_records(run_dir / "requests.jsonl")
                if r["phase"] == window["window"] and r["error"] is None and r["first_token_ns"]]
-    raw = _frame(resume_dir / RAWREAD_FILE, ("seconds", "files", "bytes"))
+    raw = _frame(resume_dir / RAWREAD_FILE, ("seconds", "files", "bytes"), "kvtier r1-resume")
     sessions = len(records)
     if not sessions:
         raise KvtierError(f"{run_dir}: no completed request in window {window['window']}")

@@ -18,7 +18,6 @@ Every record is appended and flushed as it is taken; run.json says whether the r
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import json
 import os
 import shutil
@@ -29,8 +28,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from . import ckptsave, fio, lmcache_build, pagecache
-from .atomic import write_text
 from .bench.records import RecordWriter
+from .bench.runner import now_utc, write_run
 from .errors import KvtierError
 from .vcs import git_revision
 
@@ -70,20 +69,16 @@ class ReadSettings:
         ckptsave.CheckpointSpec(**self.checkpoint)  # refuses a bad spec before anything runs
 
 
-def _now() -> str:
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-
-
 class _RunRecord:
     """run.json of an R1 run: running until the body returns, then complete, or incomplete with the error."""
 
     def __init__(self, run_dir: Path, kind: str, settings: dict, extra: dict):
         if (run_dir / RUN_FILE).exists():
             raise KvtierError(f"{run_dir}: already holds a run; choose a new run directory")
-        self.path = run_dir / RUN_FILE
-        self.run = {"kind": kind, "status": "running", "start": _now(), "end": None, "error": None,
+        self.run_dir = run_dir
+        self.run = {"kind": kind, "status": "running", "start": now_utc(), "end": None, "error": None,
                     "git_revision": git_revision(), "settings": settings, **extra}
-        write_text(self.path, json.dumps(self.run, indent=2) + "\n")
+        write_run(self.run_dir, self.run)
 
     def __enter__(self) -> dict:
         return self.run
@@ -91,8 +86,8 @@ class _RunRecord:
     def __exit__(self, exc_type, exc, tb) -> None:
         self.run["status"] = "complete" if exc_type is None else "incomplete"
         self.run["error"] = None if exc is None else f"{exc_type.__name__}: {exc}"
-        self.run["end"] = _now()
-        write_text(self.path, json.dumps(self.run, indent=2) + "\n")
+        self.run["end"] = now_utc()
+        write_run(self.run_dir, self.run)
 
 
 def _build_site(build_dir: str) -> str:

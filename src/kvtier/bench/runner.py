@@ -195,11 +195,12 @@ def _prepared(cfg: BenchConfig, endpoint: Endpoint, phase: Phase, decode, labels
 # ------------------------------------------------------------------------------------------------------------
 # The run directory
 
-def _now() -> str:
+def now_utc() -> str:
+    """UTC now, to the second: the timestamps of every run.json."""
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def _write_run(run_dir: Path, run: dict) -> None:
+def write_run(run_dir: Path, run: dict) -> None:
     write_text(run_dir / RUN_FILE, json.dumps(run, indent=2) + "\n")
 
 
@@ -235,7 +236,7 @@ class Runner:
             run = json.loads(run_file.read_text())
             if run["status"] == "complete":
                 raise KvtierError(f"{self.run_dir}: the run is complete; start a new run directory to rerun it")
-            run["segments"].append({"start": _now(), "end": None, "status": "running"})
+            run["segments"].append({"start": now_utc(), "end": None, "status": "running"})
             run["status"] = "running"
             return run
         if (run_file).exists() or (self.run_dir / REQUESTS_FILE).exists():
@@ -244,8 +245,8 @@ class Runner:
         return {
             "run_id": self.run_dir.name, "kvtier_version": __version__, "source_revision": git_revision(),
             "argv": sys.argv, "config": asdict(self.cfg), "host": platform.node(), "python": platform.python_version(),
-            "status": "running", "start": _now(), "end": None,
-            "segments": [{"start": _now(), "end": None, "status": "running"}],
+            "status": "running", "start": now_utc(), "end": None,
+            "segments": [{"start": now_utc(), "end": None, "status": "running"}],
             "phases_done": [], "windows": {}, "metadata": self.metadata,
         }
 
@@ -261,7 +262,7 @@ class Runner:
         populate_endpoint = Endpoint.parse(self.cfg.populate_url) if self.cfg.populate_url else endpoint
         run = self._start()
         run["server_model"] = served
-        _write_run(self.run_dir, run)
+        write_run(self.run_dir, run)
         segment = len(run["segments"])
         try:
             with RecordWriter(self.run_dir / REQUESTS_FILE) as writer:
@@ -276,25 +277,25 @@ class Runner:
                               "concurrency": phase.concurrency, "segment": segment}
                     if phase.measured:
                         window["metrics_before"] = _snapshot(self.cfg, self.run_dir, phase.name, "before")
-                    window["start"] = _now()
+                    window["start"] = now_utc()
                     self._run_phase(run["run_id"], segment, target, phase, prepared, writer)
-                    window["end"] = _now()
+                    window["end"] = now_utc()
                     if phase.measured:
                         window["metrics_after"] = _snapshot(self.cfg, self.run_dir, phase.name, "after")
                         run["windows"][phase.name] = window
                     run["phases_done"].append(phase.name)
-                    _write_run(self.run_dir, run)
+                    write_run(self.run_dir, run)
         except BaseException:
             run["status"] = run["segments"][-1]["status"] = "incomplete"
-            run["segments"][-1]["end"] = _now()
-            _write_run(self.run_dir, run)
+            run["segments"][-1]["end"] = now_utc()
+            write_run(self.run_dir, run)
             raise
         finally:
             self.progress.close()
         result = summarize(self.run_dir, run, self.cfg.ttft_sla_s)
         run["status"] = run["segments"][-1]["status"] = "complete"
-        run["end"] = run["segments"][-1]["end"] = _now()
-        _write_run(self.run_dir, run)
+        run["end"] = run["segments"][-1]["end"] = now_utc()
+        write_run(self.run_dir, run)
         return result
 
     def _run_phase(self, run_id: str, segment: int, endpoint: Endpoint, phase: Phase,
