@@ -5,6 +5,8 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3 (ipykernel)
 #     language: python
@@ -27,7 +29,9 @@
 # - **Checkpoint saves.** A LoRA-sized adapter state dict, in safetensors shards, saved with fsync to the local
 #   disk and to the pool path, by one writer (shard after shard) and by parallel writers (one per shard).
 # - **Resume.** Sessions of 12k tokens resumed from L2 (a local_disk tier run at concurrency 1, every resume
-#   reading its chunks cold), against the time to read those chunk files whole, cold, one after another.
+#   reading its chunks cold), against the time to read those chunk files whole, cold, one after another; and the
+#   same sessions resumed with their KV already in vLLM's own prefix cache (an engine tier run): the floor of
+#   request handling and forward pass that no storage tier can remove.
 #
 # Every figure is the median over the run's rounds, every ratio is between figures of this run, and all are
 # computed by `kvtier.r1` from the raw records of `kvtier.r1probe`.
@@ -95,8 +99,11 @@ print(measured.checkpoint.to_string(index=False, float_format=lambda v: f"{v:.3f
 # ## Resume of long sessions from L2
 #
 # Per session: TTFT of the resume (client side, streaming), the raw read time of its chunk files (the pool's
-# files read whole and cold, divided equally among the sessions), and LMCache's own timings from its log: the
-# L2 prefetch, and the retrieve into the engine. `window_l2_hit_tokens` is LMCache's L2 hit count over the window.
+# files read whole and cold, divided equally among the sessions), the TTFT of the same session resumed from vLLM's
+# prefix cache (`engine_hit_ttft_s`, no storage involved) and what the L2 resume costs beyond it, in raw reads
+# (`beyond_engine_hit_over_raw_read`), and LMCache's own timings from its log: the L2 prefetch, and the retrieve
+# into the engine. `window_l2_hit_tokens` is LMCache's L2 hit count over the window. The first resume after the
+# servers' restart (the eviction) is the slowest: LMCache's L1 pages and reader threads are new.
 
 # %% tags=["nbval-check-output"]
 if measured.resume is None:

@@ -12,6 +12,7 @@ import torch
 
 from conftest import ROOT, run
 from kvtier import ckptsave, fio, pagecache, r1, r1probe
+from kvtier.bench.records import read_records
 from kvtier.errors import KvtierError
 
 FIXTURE = ROOT / "tests" / "fixtures" / "r1"
@@ -205,3 +206,31 @@ def test_the_fixture_resume_reads_its_chunks_from_l2():
     target = measured.targets.set_index("target").filter(like="resume", axis=0).iloc[0]
     assert target["figure"] == pytest.approx(resume["ttft_s"].median() / resume["raw_read_s"].median())
     assert pd.api.types.is_bool_dtype(measured.targets["met"])
+
+
+def test_the_resume_is_set_beside_the_same_sessions_from_the_engine_cache(tmp_path):
+    resume = r1.load(FIXTURE).resume
+    floor = read_records(FIXTURE / "resume" / r1probe.ENGINE_HIT_RUN / "requests.jsonl")
+    by_session = {r["labels"]["session"]: (r["first_token_ns"] - r["send_ns"]) / 1e9
+                  for r in floor if r["phase"].startswith("resume")}
+    assert len(by_session) == len(resume)
+    for row in resume.itertuples():
+        engine_hit = by_session[row.request_id.split("/")[0]]
+        assert row.engine_hit_ttft_s == pytest.approx(engine_hit)
+        assert row.beyond_engine_hit_over_raw_read == pytest.approx((row.ttft_s - engine_hit) / row.raw_read_s)
+    assert "from vLLM's prefix cache take" in r1.targets_text(r1.load(FIXTURE))
+    # A floor that did not come from the engine's cache is no floor: refused, naming the run and the setting.
+    copy = tmp_path / "R1"
+    shutil.copytree(FIXTURE, copy)
+    summary_path = copy / "resume" / r1probe.ENGINE_HIT_RUN / "summary.json"
+    summary = json.loads(summary_path.read_text())
+    for window in summary["windows"]:
+        deltas = window["server_metrics"]["vllm"]["deltas"]
+        for key in [k for k in deltas if 'source="local_cache_hit"' in k]:
+            deltas[key] = 0.0
+    summary_path.write_text(json.dumps(summary))
+    with pytest.raises(KvtierError, match="engine_hit: the sessions did not resume.*engine_kv_gib"):
+        r1.load(copy)
+    shutil.rmtree(copy / "resume" / r1probe.ENGINE_HIT_RUN)
+    with pytest.raises(KvtierError, match="engine_hit/summary.json: missing .*kvtier r1-resume"):
+        r1.load(copy)

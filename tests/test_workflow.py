@@ -227,6 +227,7 @@ def test_r1_compares_both_builds_and_resumes_from_l2(built):
     resume = measured.resume
     assert len(resume) == 2 and resume["window_valid"].all() and (resume["window_l2_hit_tokens"] > 0).all()
     assert resume["lmcache_retrieve_s"].notna().all()
+    assert (resume["engine_hit_ttft_s"] > 0).all(), "the same sessions resumed from vLLM's prefix cache"
     page = (built / "evidence" / "R1" / "R1.html").read_text()
     assert "fio" in page and "same device" in page and "0.98" in page and "5.23" in page
     assert 'href="R1/R1.html"' in (built / "evidence" / "index.html").read_text()

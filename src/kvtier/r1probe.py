@@ -10,7 +10,9 @@
 
 `run_resume` (rule r1_resume, `kvtier r1-resume`) is a local_disk tier run of a few sessions of 12k tokens, at
 concurrency 1, with the configured LMCache build (resume/), followed by rawread.jsonl: the time to read the
-pool's chunk files cold, whole, one after another: what the resume of those files costs at the least.
+pool's chunk files cold, whole, one after another: what the resume of those files costs at the least. Then an
+engine tier run of the same sessions (engine_hit/): their resume with the KV already in vLLM's own prefix cache,
+the part of a resume's TTFT that no storage tier can remove (request handling, the follow-up's forward pass).
 
 Every record is appended and flushed as it is taken; run.json says whether the run completed.
 """
@@ -40,6 +42,7 @@ RUN_FILE, PLATFORM_FILE = "run.json", "probes/platform.json"
 COLDREAD_DIR = "kvtier-r1-coldread"
 RESUME_POOL_DIR = "kvtier-r1-resume"
 RESUME_RUN = "resume"
+ENGINE_HIT_RUN = "engine_hit"
 
 
 @dataclass(frozen=True)
@@ -154,7 +157,7 @@ def run_reads(settings: ReadSettings, run_dir: str | os.PathLike) -> dict:
 
 @dataclass(frozen=True)
 class ResumeSettings:
-    sessions: int = 5
+    sessions: int = 9
     context_tokens: int = 12288
     rawread_rounds: int = 3
 
@@ -184,7 +187,8 @@ def raw_read(pool: Path) -> dict:
 
 def run_resume(tier_settings, resume: ResumeSettings, run_dir: str | os.PathLike) -> dict:
     """A local_disk tier run of `resume.sessions` sessions of `resume.context_tokens` at concurrency 1 (each
-    resume reads its chunks cold from L2), then the raw read time of the chunk files it resumed from."""
+    resume reads its chunks cold from L2), then the raw read time of the chunk files it resumed from, then an
+    engine tier run of the same sessions (the floor: their resume with the KV in vLLM's prefix cache)."""
     from .tierrun import run_tier
 
     run_dir = Path(run_dir)
@@ -197,9 +201,11 @@ def run_resume(tier_settings, resume: ResumeSettings, run_dir: str | os.PathLike
     if (run_dir / RUN_FILE).exists():
         raise KvtierError(f"{run_dir}: already holds a run; choose a new run directory")
     run_tier("local_disk", settings, run_dir / RESUME_RUN)
-    with _RunRecord(run_dir, "r1-resume", asdict(resume), {"tier_run": RESUME_RUN, "pool": str(pool)}):
+    with _RunRecord(run_dir, "r1-resume", asdict(resume), {"tier_run": RESUME_RUN, "engine_hit_run": ENGINE_HIT_RUN,
+                                                           "pool": str(pool)}):
         with RecordWriter(run_dir / RAWREAD_FILE) as rawreads:
             for round_ in range(resume.rawread_rounds):
                 rawreads.write({"round": round_, **raw_read(pool)})
-    shutil.rmtree(pool, ignore_errors=True)
+        shutil.rmtree(pool, ignore_errors=True)
+        run_tier("engine", settings, run_dir / ENGINE_HIT_RUN)
     return json.loads((run_dir / RUN_FILE).read_text())
