@@ -21,3 +21,4 @@ test: env
 
 lint: env
 	snakemake --lint
+	ruff check

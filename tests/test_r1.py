@@ -107,8 +107,10 @@ def test_reads_alternate_the_builds_and_every_load_starts_cold(reads):
     settings, run_dir, run = reads
     assert run["status"] == "complete" and run["page_cache"] == "posix_fadvise DONTNEED"
     loads = [json.loads(line) for line in (run_dir / r1probe.COLDREAD_FILE).read_text().splitlines()]
-    assert [(r["round"], r["build"]) for r in loads] == [(0, "upstream"), (0, "patched"), (1, "patched"),
-                                                         (1, "upstream")]
+    # Builds and the patched build's load bounds (fio's depths and the configured bound) alternate their order.
+    assert [(r["round"], r["build"], r["load_concurrency"]) for r in loads] == [
+        (0, "upstream", 1), (0, "patched", 1), (0, "patched", 4), (1, "patched", 4), (1, "patched", 1),
+        (1, "upstream", 1)]
     by_build = {r["build"]: r for r in loads}
     assert by_build["patched"]["adapter_reads_concurrently"] and not by_build["upstream"]["adapter_reads_concurrently"]
     assert by_build["patched"]["lmcache_version"].startswith("0.5.6+kvtier.")
@@ -127,21 +129,33 @@ def test_reads_alternate_the_builds_and_every_load_starts_cold(reads):
 def test_r1_tables_and_targets_come_from_the_records(reads):
     _, run_dir, _ = reads
     measured = r1.load(run_dir.parent)
-    coldread = measured.coldread.set_index("build")
-    for build in ("upstream", "patched"):
-        values = measured.coldread_rounds.query("build == @build")["gb_per_s"]
-        assert coldread.loc[build, "gb_per_s_median"] == pytest.approx(values.median())
+    coldread = measured.coldread.set_index(["build", "load_concurrency"])
+    assert list(coldread.index) == [("upstream", 1), ("patched", 1), ("patched", 4)]
+    rounds = measured.coldread_rounds
+    for (build, bound), row in coldread.iterrows():
+        values = rounds[(rounds["build"] == build) & (rounds["load_concurrency"] == bound)]["gb_per_s"]
+        assert len(values) == 2 and row["gb_per_s_median"] == pytest.approx(values.median())
     assert list(measured.fio["iodepth"]) == [1, 4]
+    fio = measured.fio.set_index("iodepth")["gb_per_s_median"]
+    assert measured.matching["depth"].tolist() == [1, 4]
+    for row in measured.matching.itertuples():
+        assert row.patched_over_fio == pytest.approx(coldread.loc[("patched", row.depth), "gb_per_s_median"]
+                                                     / fio[row.depth])
     targets = measured.targets.set_index("target")
+    best = coldread.loc["patched", "gb_per_s_median"].max()
     device = targets.filter(like="fio at its best", axis=0).iloc[0]
-    assert device["figure"] == pytest.approx(coldread.loc["patched", "gb_per_s_median"]
-                                             / measured.fio["gb_per_s_median"].max())
+    assert device["figure"] == pytest.approx(best / fio.max())
     assert device["met"] == (device["figure"] >= 0.8)
+    configured = targets.filter(like="configured bound 4", axis=0).iloc[0]
+    assert configured["figure"] == pytest.approx(coldread.loc[("patched", 4), "gb_per_s_median"] / fio[4])
+    upstream = targets.filter(like="/ upstream", axis=0).iloc[0]
+    assert upstream["figure"] == pytest.approx(best / coldread.loc[("upstream", 1), "gb_per_s_median"])
     assert measured.resume is None  # no resume run in this directory
     text = r1.targets_text(measured)
-    assert text.count("MET") >= 3 and "patched / upstream" in text
+    assert text.count("MET") >= 3 and "best load bound / upstream" in text
     written = r1.write_evidence(measured, run_dir.parent / "evidence", png_scale=1)
-    assert {p.name for p in written} >= {"R1_coldread.csv", "R1_targets.csv", "R1_chart.png", "R1_chart.svg"}
+    assert {p.name for p in written} >= {"R1_coldread.csv", "R1_matching.csv", "R1_targets.csv", "R1_chart.png",
+                                         "R1_chart.svg"}
 
 
 def test_the_device_rule_picks_the_target(reads):

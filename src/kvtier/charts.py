@@ -57,20 +57,25 @@ def to_svg(chart: alt.TopLevelMixin) -> str:
 
 
 def r1_chart(coldread: pd.DataFrame, fio: pd.DataFrame) -> alt.LayerChart:
-    """R1: cold-read GB/s of one LMCache worker per build beside fio's direct reads per queue depth (median bars,
-    min-max whiskers over the rounds)."""
-    rows = [{"reader": f"fio direct, depth {int(r.iodepth)}", "kind": "fio (device limit)",
-             "median": r.gb_per_s_median, "low": r.gb_per_s_min, "high": r.gb_per_s_max} for r in fio.itertuples()]
-    rows += [{"reader": f"LMCache {r.build}", "kind": f"LMCache fs L2, {r.build}", "median": r.gb_per_s_median,
-              "low": r.gb_per_s_min, "high": r.gb_per_s_max} for r in coldread.itertuples()]
+    """R1: cold-read GB/s of one LMCache worker, patched at each load bound and upstream (one key at a time), beside
+    fio's direct reads at the same queue depth (median bars, min-max whiskers over the rounds)."""
+    rows = [{"depth": int(r.iodepth), "reader": "fio direct read (device limit)", "median": r.gb_per_s_median,
+             "low": r.gb_per_s_min, "high": r.gb_per_s_max} for r in fio.itertuples()]
+    rows += [{"depth": 1 if r.build == "upstream" else int(r.load_concurrency),
+              "reader": "LMCache upstream (one key at a time)" if r.build == "upstream"
+              else "LMCache patched (load bound = depth)", "median": r.gb_per_s_median, "low": r.gb_per_s_min,
+              "high": r.gb_per_s_max} for r in coldread.itertuples()]
     frame = pd.DataFrame(rows)
-    order = list(frame["reader"])
+    readers = ["fio direct read (device limit)", "LMCache patched (load bound = depth)",
+               "LMCache upstream (one key at a time)"]
     base = alt.Chart(frame, title="R1 (measured here): cold-read bandwidth, one worker vs the device")
+    x = alt.X("depth:O", title="queue depth (fio) / load bound (patched)")
+    offset = alt.XOffset("reader:N", sort=readers)
     bars = base.mark_bar().encode(
-        x=alt.X("reader:N", sort=order, title=None, axis=alt.Axis(labelAngle=-30)),
+        x=x, xOffset=offset,
         y=alt.Y("median:Q", title="GB/s (median over rounds)", scale=alt.Scale(zero=True)),
-        color=alt.Color("kind:N", title=None),
-        tooltip=["reader", alt.Tooltip("median:Q", format=".3f"), alt.Tooltip("low:Q", format=".3f"),
+        color=alt.Color("reader:N", sort=readers, title=None, legend=alt.Legend(orient="bottom", columns=1)),
+        tooltip=["reader", "depth", alt.Tooltip("median:Q", format=".3f"), alt.Tooltip("low:Q", format=".3f"),
                  alt.Tooltip("high:Q", format=".3f")])
-    whiskers = base.mark_rule().encode(x=alt.X("reader:N", sort=order), y="low:Q", y2="high:Q")
-    return (bars + whiskers).properties(width=420, height=240).configure_axis(labelFontSize=11, titleFontSize=12)
+    whiskers = base.mark_rule().encode(x=x, xOffset=offset, y="low:Q", y2="high:Q")
+    return (bars + whiskers).properties(width=460, height=240).configure_axis(labelFontSize=11, titleFontSize=12)

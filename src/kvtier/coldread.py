@@ -4,12 +4,13 @@ Runs in a Python that has the LMCache build under test first on its path (PYTHON
 code measures the upstream and the patched adapter (kvtier.r1probe starts it once per build and round):
 
     PYTHONPATH=build/lmcache/patched/site python -m kvtier.coldread --pool DIR --chunks 256 --chunk-mib 1 \
-        --load-concurrency 16
+        --load-concurrency 1 2 4 8 16 32
 
 The chunks are written through the adapter itself (its own file names and layout) when the pool lacks them.
-Right before the timed load, the pool's files are dropped from the page cache (posix_fadvise DONTNEED) and the
-bytes still resident are counted (mincore), so the record shows that the load read the device. The upstream
-adapter ignores `load_concurrency`: it reads one key after another. Prints one JSON record on stdout.
+Right before each timed load, the pool's files are dropped from the page cache (posix_fadvise DONTNEED) and the
+bytes still resident are counted (mincore), so the record shows that the load read the device. One load per
+`--load-concurrency` value, in the order given, each by a new adapter with that bound; the upstream adapter
+ignores the bound: it reads one key after another. Prints one JSON record per load on stdout.
 """
 
 from __future__ import annotations
@@ -88,11 +89,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pool", required=True)
     parser.add_argument("--chunks", type=int, default=256)
     parser.add_argument("--chunk-mib", type=float, default=1.0)
-    parser.add_argument("--load-concurrency", type=int, default=16)
+    parser.add_argument("--load-concurrency", type=int, nargs="+", default=[16])
     args = parser.parse_args(argv)
     Path(args.pool).mkdir(parents=True, exist_ok=True)
-    record = measure(args.pool, args.chunks, int(args.chunk_mib * 2**20), args.load_concurrency)
-    print(json.dumps(record))
+    for bound in args.load_concurrency:
+        print(json.dumps(measure(args.pool, args.chunks, int(args.chunk_mib * 2**20), bound)), flush=True)
     return 0
 
 

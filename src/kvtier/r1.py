@@ -19,7 +19,7 @@ import pandas as pd
 
 from .bench.records import read_records
 from .errors import KvtierError
-from .r1probe import (CHECKPOINT_FILE, COLDREAD_FILE, ENGINE_HIT_RUN, FIO_FILE, PLATFORM_FILE, RAWREAD_FILE,
+from .r1probe import (BUILDS, CHECKPOINT_FILE, COLDREAD_FILE, ENGINE_HIT_RUN, FIO_FILE, PLATFORM_FILE, RAWREAD_FILE,
                       RESUME_RUN, RUN_FILE)
 
 # A device "rewards parallelism" when fio's best queue depth reads at least this much faster than depth 1.
@@ -27,7 +27,8 @@ PARALLEL_GAIN = 1.5
 PATCHED_VS_DEVICE = 0.8  # patched >= 0.8 x fio at its best queue depth
 PATCHED_VS_UPSTREAM = 2.0  # on a device that rewards parallelism; else patched >= upstream
 RESUME_VS_RAW = 2.0  # resume TTFT of a session <= 2 x the raw read time of its chunk files
-OUTPUT_FILES = {"coldread": "R1_coldread.csv", "fio": "R1_fio.csv", "targets": "R1_targets.csv",
+OUTPUT_FILES = {"coldread": "R1_coldread.csv", "fio": "R1_fio.csv", "matching": "R1_matching.csv",
+                "targets": "R1_targets.csv",
                 "checkpoint": "R1_checkpoint.csv", "resume": "R1_resume.csv", "chart": "R1_chart"}
 # The raw files of an R1 directory that the page reads, relative to it.
 RAW_FILES = [f"reads/{name}" for name in (RUN_FILE, PLATFORM_FILE, COLDREAD_FILE, FIO_FILE, CHECKPOINT_FILE)] + [
@@ -43,8 +44,9 @@ _PREFETCHED = re.compile(r"Prefetch request completed \(L1\+L2\): (\d+)/(\d+) re
 class Measured:
     coldread_rounds: pd.DataFrame  # one row per build x round
     fio_rounds: pd.DataFrame  # one row per queue depth x round
-    coldread: pd.DataFrame  # per build: median / min / max GB/s
+    coldread: pd.DataFrame  # per build x load bound: median / min / max GB/s
     fio: pd.DataFrame  # per queue depth
+    matching: pd.DataFrame  # the patched worker at each bound beside fio at the same depth
     checkpoint: pd.DataFrame  # per target x writer
     resume: pd.DataFrame | None  # per session resumed, with the raw read time per session
     targets: pd.DataFrame  # one row per target: figure, threshold, met
@@ -143,29 +145,43 @@ def _target(name: str, figure: float | None, threshold: float, met: bool | None,
     return {"target": name, "figure": figure, "threshold": threshold, "met": met, "detail": detail}
 
 
+def matching(coldread: pd.DataFrame, fio: pd.DataFrame) -> pd.DataFrame:
+    """The patched worker at each load bound beside fio at the same queue depth (medians over the rounds)."""
+    patched = coldread[coldread["build"] == "patched"].set_index("load_concurrency")["gb_per_s_median"]
+    rows = [{"depth": int(depth), "fio_gb_per_s": float(limit), "patched_gb_per_s": float(patched[depth]),
+             "patched_over_fio": float(patched[depth] / limit)}
+            for depth, limit in fio.set_index("iodepth")["gb_per_s_median"].items() if depth in patched.index]
+    return pd.DataFrame(rows, columns=["depth", "fio_gb_per_s", "patched_gb_per_s", "patched_over_fio"])
+
+
 def targets(coldread: pd.DataFrame, fio: pd.DataFrame, resume: pd.DataFrame | None,
             load_concurrency: int) -> tuple[pd.DataFrame, bool]:
-    bw = coldread.set_index("build")["gb_per_s_median"]
     by_depth = fio.set_index("iodepth")["gb_per_s_median"]
-    best_depth = int(by_depth.idxmax())
+    by_bound = coldread[coldread["build"] == "patched"].set_index("load_concurrency")["gb_per_s_median"]
+    best_depth, best_bound = int(by_depth.idxmax()), int(by_bound.idxmax())
     rewards = bool(by_depth.max() >= PARALLEL_GAIN * by_depth.get(1, by_depth.iloc[0]))
-    patched, upstream = float(bw["patched"]), float(bw["upstream"])
+    patched = float(by_bound.max())
+    upstream = float(coldread.loc[coldread["build"] == "upstream", "gb_per_s_median"].iloc[0])
     gain = patched / upstream
     rows = [
-        _target("patched / fio at its best queue depth", patched / by_depth.max(), PATCHED_VS_DEVICE,
-                patched >= PATCHED_VS_DEVICE * by_depth.max(),
-                f"patched {patched:.3f} GB/s; fio best {by_depth.max():.3f} GB/s at depth {best_depth}"),
-        _target("patched / upstream" + ("" if rewards else " (device does not reward parallelism)"), gain,
+        _target("patched at its best load bound / fio at its best queue depth", patched / by_depth.max(),
+                PATCHED_VS_DEVICE, patched >= PATCHED_VS_DEVICE * by_depth.max(),
+                f"patched {patched:.3f} GB/s at load bound {best_bound}; fio best {by_depth.max():.3f} GB/s at "
+                f"depth {best_depth}"),
+        _target("patched at its best load bound / upstream"
+                + ("" if rewards else " (device does not reward parallelism)"), gain,
                 PATCHED_VS_UPSTREAM if rewards else 1.0, gain >= (PATCHED_VS_UPSTREAM if rewards else 1.0),
                 f"patched {patched:.3f} vs upstream {upstream:.3f} GB/s; fio best depth / depth 1 = "
                 f"{by_depth.max() / by_depth.get(1, by_depth.iloc[0]):.2f} (rewards parallelism at ≥ "
                 f"{PARALLEL_GAIN})"),
     ]
-    if load_concurrency in by_depth.index:
-        rows.append(_target(f"patched / fio at depth {load_concurrency} (the patch's bound)",
-                            patched / by_depth[load_concurrency], PATCHED_VS_DEVICE,
-                            patched >= PATCHED_VS_DEVICE * by_depth[load_concurrency],
-                            f"fio {by_depth[load_concurrency]:.3f} GB/s at depth {load_concurrency}"))
+    if load_concurrency in by_depth.index and load_concurrency in by_bound.index:
+        configured = float(by_bound[load_concurrency])
+        rows.append(_target(f"patched at the configured bound {load_concurrency} / fio at depth {load_concurrency}",
+                            configured / by_depth[load_concurrency], PATCHED_VS_DEVICE,
+                            configured >= PATCHED_VS_DEVICE * by_depth[load_concurrency],
+                            f"patched {configured:.3f} GB/s; fio {by_depth[load_concurrency]:.3f} GB/s at depth "
+                            f"{load_concurrency}"))
     if resume is not None:
         ttft, raw = float(resume["ttft_s"].median()), float(resume["raw_read_s"].median())
         floor = float(resume["engine_hit_ttft_s"].median())
@@ -183,16 +199,18 @@ def load(r1_dir: str | os.PathLike) -> Measured:
     r1_dir = Path(r1_dir)
     reads_dir = r1_dir / "reads"
     run = _complete(reads_dir)
-    coldread_rounds = _frame(reads_dir / COLDREAD_FILE, ("round", "build", "gb_per_s", "resident_bytes_before"))
+    coldread_rounds = _frame(reads_dir / COLDREAD_FILE, ("round", "build", "load_concurrency", "gb_per_s",
+                                                         "resident_bytes_before"))
     fio_rounds = _frame(reads_dir / FIO_FILE, ("round", "iodepth", "gb_per_s"))
     checkpoint_rounds = _frame(reads_dir / CHECKPOINT_FILE, ("round", "target", "writer", "gb_per_s"))
     missing = {"upstream", "patched"} - set(coldread_rounds["build"])
     if missing:
         raise KvtierError(f"{reads_dir / COLDREAD_FILE}: no records of build(s) {sorted(missing)}")
-    coldread = _spread(coldread_rounds, ["build"])
-    coldread["version"] = coldread["build"].map(coldread_rounds.groupby("build")["lmcache_version"].first())
-    coldread["resident_bytes_before_max"] = coldread["build"].map(
-        coldread_rounds.groupby("build")["resident_bytes_before"].max())
+    keys = ["build", "load_concurrency"]
+    extra = coldread_rounds.groupby(keys, as_index=False).agg(
+        version=("lmcache_version", "first"), resident_bytes_before_max=("resident_bytes_before", "max"))
+    coldread = _spread(coldread_rounds, keys).merge(extra, on=keys).sort_values(
+        keys, key=lambda column: column.map(BUILDS.index) if column.name == "build" else column, ignore_index=True)
     fio = _spread(fio_rounds, ["iodepth"]).sort_values("iodepth").reset_index(drop=True)
     checkpoint = _spread(checkpoint_rounds, ["target", "writer"])
     resume_dir = r1_dir / "resume"
@@ -203,13 +221,16 @@ def load(r1_dir: str | os.PathLike) -> Measured:
     platform = platform_probe.read(reads_dir / PLATFORM_FILE)
     conditions = {"chunks": settings["chunks"], "chunk_mib": settings["chunk_mib"],
                   "load_concurrency": settings["load_concurrency"], "rounds": settings["rounds"],
+                  "load_bounds": sorted(int(b) for b in set(coldread_rounds.query("build == 'patched'")
+                                                            ["load_concurrency"])),
                   "queue_depths": settings["queue_depths"], "page_cache": run["page_cache"], "fio": run["fio"],
                   "lmcache_versions": run["lmcache_versions"], "checkpoint_spec": run["checkpoint_spec"],
                   "device_rewards_parallelism": rewards, "platform": platform,
                   "platform_file": f"reads/{PLATFORM_FILE}",
                   "same_device": platform["storage"]["local_disk"]["st_dev"]
                   == platform["storage"]["shared_pool"]["st_dev"]}
-    return Measured(coldread_rounds, fio_rounds, coldread, fio, checkpoint, resume, table, conditions)
+    return Measured(coldread_rounds, fio_rounds, coldread, fio, matching(coldread, fio), checkpoint, resume, table,
+                    conditions)
 
 
 def conditions_markdown(conditions: dict) -> str:
@@ -222,9 +243,10 @@ def conditions_markdown(conditions: dict) -> str:
     storage = p["storage"]
     versions = ", ".join(f"{build} `{version}`" for build, version in c["lmcache_versions"].items())
     lines = [
-        f"- **Cold reads**: {c['chunks']} chunk files × {c['chunk_mib']:g} MiB per load, one worker, "
-        f"load concurrency {c['load_concurrency']} (patched build; upstream reads one key at a time); "
-        f"{c['rounds']} rounds; page cache dropped with {c['page_cache']} before every load",
+        f"- **Cold reads**: {c['chunks']} chunk files × {c['chunk_mib']:g} MiB per load, one worker; the patched "
+        f"build at load bounds {', '.join(map(str, c['load_bounds']))} (configured: {c['load_concurrency']}), "
+        f"upstream one key at a time; {c['rounds']} rounds; page cache dropped with {c['page_cache']} before every "
+        "load",
         f"- **LMCache builds**: {versions}",
         f"- **Device limit**: {c['fio']}, O_DIRECT sequential read (libaio) of a file of the same size, block = "
         f"chunk size, queue depths {', '.join(map(str, c['queue_depths']))}",
@@ -265,7 +287,7 @@ def write_evidence(measured: Measured, out_dir: str | os.PathLike, png_scale: fl
     from .evidence_io import write_table
     out_dir = Path(out_dir)
     written = [write_table(getattr(measured, name), out_dir / OUTPUT_FILES[name])
-               for name in ("coldread", "fio", "targets", "checkpoint")]
+               for name in ("coldread", "fio", "matching", "targets", "checkpoint")]
     if measured.resume is not None:
         written.append(write_table(measured.resume, out_dir / OUTPUT_FILES["resume"]))
     return written + save_chart(r1_chart(measured.coldread, measured.fio), out_dir / OUTPUT_FILES["chart"],

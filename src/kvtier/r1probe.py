@@ -1,9 +1,10 @@
 """R1's measurements on this machine, into raw_data/runs/<campaign>/R1/: the probes run and their raw records.
 
 `run_reads` (rule r1_reads, `kvtier r1-reads`) takes, in each round, and in the same run:
-- coldread.jsonl: one cold load of N chunks by one LMCache fs L2 worker, per LMCache build (upstream and patched,
-  in alternating order from round to round), each in its own Python with that build first on the path
-  (kvtier.coldread);
+- coldread.jsonl: cold loads of N chunks by one LMCache fs L2 worker, per LMCache build (upstream and patched,
+  in alternating order from round to round), each build in its own Python with that build first on the path
+  (kvtier.coldread): upstream once (it reads one key after another), patched once per load bound, the bounds
+  being fio's queue depths and the configured bound (the patch at the matching queue depth);
 - fio.jsonl: fio's direct-read bandwidth on the same pool directory at each queue depth (the device limit);
 - checkpoint.jsonl: a LoRA-sized sharded checkpoint saved with fsync to the local disk and to the pool path, by
   one writer and by parallel writers (kvtier.ckptsave).
@@ -52,7 +53,7 @@ class ReadSettings:
     builds: dict[str, str]  # build name -> build directory (kvtier.lmcache_build), upstream and patched
     chunks: int = 256
     chunk_mib: float = 1.0
-    load_concurrency: int = 16
+    load_concurrency: int = 16  # the configured bound (lmcache.load_concurrency); the sweep adds queue_depths
     queue_depths: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16, 32])
     rounds: int = 5
     checkpoint: dict = field(default_factory=dict)  # kvtier.ckptsave.CheckpointSpec fields
@@ -70,6 +71,10 @@ class ReadSettings:
         if not self.chunk_mib > 0:
             raise KvtierError(f"R1 settings: chunk_mib must be positive, not {self.chunk_mib!r}")
         ckptsave.CheckpointSpec(**self.checkpoint)  # refuses a bad spec before anything runs
+
+    def load_bounds(self) -> list[int]:
+        """The patched build's load bounds: each of fio's queue depths, and the configured bound."""
+        return sorted({*self.queue_depths, self.load_concurrency})
 
 
 class _RunRecord:
@@ -98,19 +103,20 @@ def _build_site(build_dir: str) -> str:
     return str(Path(build_dir) / record["site"])
 
 
-def cold_load(build_dir: str, pool: Path, settings: ReadSettings) -> dict:
-    """One cold load by one fs L2 worker of `build_dir`'s LMCache, in its own Python (kvtier.coldread)."""
+def cold_loads(build_dir: str, pool: Path, settings: ReadSettings, bounds: list[int]) -> list[dict]:
+    """Cold loads by one fs L2 worker of `build_dir`'s LMCache, one per load bound, in its own Python
+    (kvtier.coldread)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [_build_site(build_dir),
                                                                      os.environ.get("PYTHONPATH")])),
            "LMCACHE_DISABLE_BANNER": "1"}
     argv = [sys.executable, "-m", "kvtier.coldread", "--pool", str(pool), "--chunks", str(settings.chunks),
-            "--chunk-mib", str(settings.chunk_mib), "--load-concurrency", str(settings.load_concurrency)]
-    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=settings.timeout_s)
-    lines = done.stdout.strip().splitlines()
-    if done.returncode != 0 or not lines:
-        raise KvtierError(f"cold load with {build_dir} failed (exit {done.returncode}): "
-                          f"{done.stderr.strip()[-800:]}")
-    return json.loads(lines[-1])
+            "--chunk-mib", str(settings.chunk_mib), "--load-concurrency", *map(str, bounds)]
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=settings.timeout_s * len(bounds))
+    records = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or len(records) != len(bounds):
+        raise KvtierError(f"cold load with {build_dir} failed (exit {done.returncode}, {len(records)} of "
+                          f"{len(bounds)} loads): {done.stderr.strip()[-800:]}")
+    return records
 
 
 def run_reads(settings: ReadSettings, run_dir: str | os.PathLike) -> dict:
@@ -139,10 +145,12 @@ def run_reads(settings: ReadSettings, run_dir: str | os.PathLike) -> dict:
             with RecordWriter(run_dir / COLDREAD_FILE) as coldreads, RecordWriter(run_dir / FIO_FILE) as fios, \
                     RecordWriter(run_dir / CHECKPOINT_FILE) as checkpoints:
                 for round_ in range(settings.rounds):
-                    order = BUILDS if round_ % 2 == 0 else BUILDS[::-1]
-                    for build in order:
-                        record = cold_load(settings.builds[build], pool, settings)
-                        coldreads.write({"round": round_, "build": build, **record})
+                    forward = round_ % 2 == 0  # alternate the order of builds and bounds from round to round
+                    bounds = settings.load_bounds() if forward else settings.load_bounds()[::-1]
+                    for build in (BUILDS if forward else BUILDS[::-1]):
+                        for record in cold_loads(settings.builds[build], pool, settings,
+                                                 bounds if build == "patched" else [1]):
+                            coldreads.write({"round": round_, "build": build, **record})
                     for depth in settings.queue_depths:
                         fios.write({"round": round_, **fio.direct_read(pool, settings.chunks * chunk_bytes,
                                                                        chunk_bytes, depth, settings.timeout_s)})
