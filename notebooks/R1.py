@@ -22,10 +22,12 @@
 #
 # - **Cold reads.** One LMCache fs L2 worker (MP mode's `FSL2Adapter`) loads N chunk files from the pool directory,
 #   as the upstream 0.5.6 release (one key after another) and as kvtier's patched build (bounded concurrent loads,
-#   `patches/`) at each load bound, in alternating order from round to round. Right before each load the files
-#   are dropped from the page cache with `posix_fadvise(DONTNEED)` (not O_DIRECT), and the bytes still resident
-#   are counted with `mincore`. Beside them, fio reads a file of the same size in the same directory with O_DIRECT (libaio) at each
-#   queue depth: the device limit, set beside the patched worker at the matching load bound.
+#   `patches/`) at each load bound, in alternating order from round to round. The adapter reads with O_DIRECT
+#   (its `use_odirect`, kvtier's `lmcache.use_odirect`) or through the page cache, as the conditions below say;
+#   either way the files are dropped from the page cache with `posix_fadvise(DONTNEED)` right before each load,
+#   and the bytes still resident are counted with `mincore`. Beside them, fio reads a file of the same size in the
+#   same directory with O_DIRECT (libaio) at each queue depth: the device limit, set beside the patched worker at
+#   the matching load bound.
 # - **Checkpoint saves.** A LoRA-sized adapter state dict, in safetensors shards, saved with fsync to the local
 #   disk and to the pool path, by one writer (shard after shard) and by parallel writers (one per shard).
 # - **Resume.** Sessions of 12k tokens resumed from L2 (a local_disk tier run at concurrency 1, every resume

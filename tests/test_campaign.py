@@ -118,6 +118,21 @@ def test_lmcache_hands_kv_over_shared_memory_by_default_and_leaves_no_segment(tm
     assert not (tmp_path / shm.shm_name).exists()
 
 
+def test_a_real_lmcache_server_maps_the_named_segment_and_a_hard_kill_leaves_none(tmp_path):
+    import os
+    import signal
+    from pathlib import Path
+    from kvtier import servers
+    server = servers.LMCacheServer(log_path=str(tmp_path / "lmcache.log"), l1_size_gb=0.05)
+    segment = Path(servers.SHM_DIR, server.shm_name)
+    with server:
+        assert segment.is_file(), f"LMCache made no segment {segment.name}: " + (tmp_path / "lmcache.log").read_text()
+        os.killpg(server.process.pid, signal.SIGKILL)  # no chance to clean up after itself
+        server.process.wait(timeout=30)
+        assert segment.exists()
+    assert not segment.exists()
+
+
 def test_server_ports_stay_out_of_the_ephemeral_range_and_are_never_handed_out_twice():
     # A port from the ephemeral range can be taken by anyone binding port 0 (vLLM's engine does) between the
     # moment it is chosen and the moment the server binds it: R3's second LMCache once failed that way.

@@ -105,7 +105,7 @@ def reads(lmcache_builds, tmp_path_factory):
 
 def test_reads_alternate_the_builds_and_every_load_starts_cold(reads):
     settings, run_dir, run = reads
-    assert run["status"] == "complete" and run["page_cache"] == "posix_fadvise DONTNEED"
+    assert run["status"] == "complete" and run["page_cache"].startswith("O_DIRECT")
     loads = [json.loads(line) for line in (run_dir / r1probe.COLDREAD_FILE).read_text().splitlines()]
     # Builds and the patched build's load bounds (fio's depths and the configured bound) alternate their order.
     assert [(r["round"], r["build"], r["load_concurrency"]) for r in loads] == [
@@ -248,3 +248,34 @@ def test_the_resume_is_set_beside_the_same_sessions_from_the_engine_cache(tmp_pa
     shutil.rmtree(copy / "resume" / r1probe.ENGINE_HIT_RUN)
     with pytest.raises(KvtierError, match="engine_hit/summary.json: missing .*kvtier r1-resume"):
         r1.load(copy)
+
+
+def test_a_pool_that_refuses_o_direct_is_named_before_anything_is_written(tmp_path, lmcache_builds, monkeypatch):
+    assert pagecache.takes_odirect(tmp_path)  # this disk reads and writes O_DIRECT (the probe does both)
+    settings = r1probe.ReadSettings(pool_path=str(tmp_path / "pool"), local_disk_path=str(tmp_path / "local"),
+                                    builds={name: str(path) for name, (path, _) in lmcache_builds.items()})
+    real_open = os.open
+
+    def refuse_odirect(path, flags, *args):  # what a file system without O_DIRECT answers (EINVAL)
+        if flags & os.O_DIRECT:
+            raise OSError(22, "Invalid argument", str(path))
+        return real_open(path, flags, *args)
+
+    monkeypatch.setattr(pagecache.os, "open", refuse_odirect)
+    assert not pagecache.takes_odirect(tmp_path / "pool")
+    with pytest.raises(KvtierError, match="pool: its file system does not take O_DIRECT.*use_odirect: false"):
+        r1probe.run_reads(settings, tmp_path / "reads")
+    assert not (tmp_path / "reads").exists() and not any((tmp_path / "pool").iterdir())
+
+
+def test_l2_tiers_ask_the_fs_adapter_for_o_direct_unless_told_not_to(tmp_path):
+    from kvtier.tierrun import TierSettings, TierStack
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    settings = TierSettings(model_dir=str(model), local_disk_path=str(tmp_path / "pool"))
+    adapter = json.loads(TierStack("local_disk", settings, tmp_path).lmcache.command()[-1])
+    assert adapter["type"] == "fs" and adapter["use_odirect"] is True
+    off = TierSettings(model_dir=str(model), local_disk_path=str(tmp_path / "pool"), l2_use_odirect=False)
+    assert "use_odirect" not in json.loads(TierStack("local_disk", off, tmp_path).lmcache.command()[-1])
+    assert "--l2-adapter" not in TierStack("dram", settings, tmp_path).lmcache.command()

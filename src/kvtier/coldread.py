@@ -4,11 +4,12 @@ Runs in a Python that has the LMCache build under test first on its path (PYTHON
 code measures the upstream and the patched adapter (kvtier.r1probe starts it once per build and round):
 
     PYTHONPATH=build/lmcache/patched/site python -m kvtier.coldread --pool DIR --chunks 256 --chunk-mib 1 \
-        --load-concurrency 1 2 4 8 16 32
+        --load-concurrency 1 2 4 8 16 32 [--odirect]
 
 The chunks are written through the adapter itself (its own file names and layout) when the pool lacks them.
 Right before each timed load, the pool's files are dropped from the page cache (posix_fadvise DONTNEED) and the
-bytes still resident are counted (mincore), so the record shows that the load read the device. One load per
+bytes still resident are counted (mincore), so the record shows that the load read the device; with --odirect
+the adapter reads with O_DIRECT as well (its own `use_odirect`), into page-aligned buffers as O_DIRECT needs. One load per
 `--load-concurrency` value, in the order given, each by a new adapter with that bound; the upstream adapter
 ignores the bound: it reads one key after another. Prints one JSON record per load on stdout.
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import mmap
 import sys
 import time
 from pathlib import Path
@@ -27,10 +29,13 @@ MODEL_NAME = "kvtier-r1-coldread"  # the pool files' key namespace
 
 
 class _Buffer:
-    """The memory object the fs adapter reads into and writes from: it only uses `byte_array`."""
+    """The memory object the fs adapter reads into and writes from: it only uses `byte_array`. Anonymous mapped
+    memory, so page-aligned, as O_DIRECT requires (LMCache's own L1 buffers are aligned too)."""
 
     def __init__(self, size: int, fill: int = 0):
-        self._data = bytearray([fill]) * size
+        self._data = mmap.mmap(-1, size)
+        if fill:
+            self._data.write(bytes([fill]) * size)
 
     @property
     def byte_array(self) -> memoryview:
@@ -47,12 +52,14 @@ def _wait(poll, what: str, timeout_s: float):
     raise TimeoutError(f"{what} did not complete within {timeout_s:g} s")
 
 
-def measure(pool: str, chunks: int, chunk_bytes: int, load_concurrency: int, timeout_s: float = 600.0) -> dict:
+def measure(pool: str, chunks: int, chunk_bytes: int, load_concurrency: int, odirect: bool = False,
+            timeout_s: float = 600.0) -> dict:
     import lmcache
     from lmcache.v1.distributed.api import ObjectKey
     from lmcache.v1.distributed.l2_adapters import fs_l2_adapter as fs
 
-    config = fs.FSL2AdapterConfig.from_dict({"base_path": pool, "load_concurrency": load_concurrency})
+    config = fs.FSL2AdapterConfig.from_dict({"base_path": pool, "load_concurrency": load_concurrency,
+                                             "use_odirect": odirect})
     adapter = fs.FSL2Adapter(config)
     try:
         keys = [ObjectKey(chunk_hash=i.to_bytes(8, "big"), model_name=MODEL_NAME, kv_rank=0) for i in range(chunks)]
@@ -80,8 +87,13 @@ def measure(pool: str, chunks: int, chunk_bytes: int, load_concurrency: int, tim
     return {"lmcache_version": getattr(lmcache, "__version__", None),
             "adapter_reads_concurrently": hasattr(fs, "DEFAULT_LOAD_CONCURRENCY"),
             "chunks": chunks, "chunk_bytes": chunk_bytes, "bytes": total, "load_concurrency": load_concurrency,
-            "resident_bytes_before": resident, "page_cache": "posix_fadvise DONTNEED",
+            "resident_bytes_before": resident, "page_cache": page_cache(odirect),
             "seconds": seconds, "gb_per_s": total / seconds / 1e9}
+
+
+def page_cache(odirect: bool) -> str:
+    """How a load defeats the page cache."""
+    return "O_DIRECT (the adapter's use_odirect), files dropped first" if odirect else "posix_fadvise DONTNEED"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -90,10 +102,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chunks", type=int, default=256)
     parser.add_argument("--chunk-mib", type=float, default=1.0)
     parser.add_argument("--load-concurrency", type=int, nargs="+", default=[16])
+    parser.add_argument("--odirect", action="store_true", help="the adapter reads with O_DIRECT (use_odirect)")
     args = parser.parse_args(argv)
     Path(args.pool).mkdir(parents=True, exist_ok=True)
     for bound in args.load_concurrency:
-        print(json.dumps(measure(args.pool, args.chunks, int(args.chunk_mib * 2**20), bound)), flush=True)
+        print(json.dumps(measure(args.pool, args.chunks, int(args.chunk_mib * 2**20), bound, args.odirect)),
+              flush=True)
     return 0
 
 

@@ -16,6 +16,35 @@ def files_under(target: str | os.PathLike) -> list[Path]:
     return [target] if target.is_file() else sorted(p for p in target.rglob("*") if p.is_file())
 
 
+def takes_odirect(directory: str | os.PathLike) -> bool:
+    """Whether a file in `directory` can be written and read back with O_DIRECT (one aligned page each way; some
+    file systems refuse the flag, others the I/O)."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    probe = directory / f".kvtier-odirect-{os.getpid()}"
+    page = mmap.mmap(-1, _PAGE)  # page-aligned memory, as O_DIRECT needs
+    try:
+        fd = os.open(probe, os.O_CREAT | os.O_RDWR | getattr(os, "O_DIRECT", 0), 0o600)
+        try:
+            return os.pwritev(fd, [page], 0) == _PAGE and os.preadv(fd, [page], 0) == _PAGE
+        finally:
+            os.close(fd)
+    except OSError:
+        return False
+    finally:
+        page.close()
+        probe.unlink(missing_ok=True)
+
+
+def require_odirect(*directories: str | os.PathLike) -> None:
+    """Refuse, naming the path, a pool whose file system does not take O_DIRECT."""
+    from .errors import KvtierError
+    for directory in directories:
+        if not takes_odirect(directory):
+            raise KvtierError(f"{directory}: its file system does not take O_DIRECT, which lmcache.use_odirect "
+                              "asks of the fs L2 adapter; put the pool elsewhere or set lmcache.use_odirect: false")
+
+
 def drop(target: str | os.PathLike) -> int:
     """Evict a file, or every file under a directory, from the page cache (posix_fadvise DONTNEED, no privileges
     needed). Returns the number of files."""

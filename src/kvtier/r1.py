@@ -245,8 +245,7 @@ def conditions_markdown(conditions: dict) -> str:
     lines = [
         f"- **Cold reads**: {c['chunks']} chunk files × {c['chunk_mib']:g} MiB per load, one worker; the patched "
         f"build at load bounds {', '.join(map(str, c['load_bounds']))} (configured: {c['load_concurrency']}), "
-        f"upstream one key at a time; {c['rounds']} rounds; page cache dropped with {c['page_cache']} before every "
-        "load",
+        f"upstream one key at a time; {c['rounds']} rounds; page cache defeated by {c['page_cache']} in every load",
         f"- **LMCache builds**: {versions}",
         f"- **Device limit**: {c['fio']}, O_DIRECT sequential read (libaio) of a file of the same size, block = "
         f"chunk size, queue depths {', '.join(map(str, c['queue_depths']))}",

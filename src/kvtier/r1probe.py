@@ -30,7 +30,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from . import ckptsave, fio, lmcache_build, pagecache
+from . import ckptsave, coldread, fio, lmcache_build, pagecache
 from .bench.records import RecordWriter
 from .bench.runner import now_utc, write_run
 from .errors import KvtierError
@@ -54,6 +54,7 @@ class ReadSettings:
     chunks: int = 256
     chunk_mib: float = 1.0
     load_concurrency: int = 16  # the configured bound (lmcache.load_concurrency); the sweep adds queue_depths
+    use_odirect: bool = True  # the fs adapter reads with O_DIRECT (lmcache.use_odirect), both builds
     queue_depths: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16, 32])
     rounds: int = 5
     checkpoint: dict = field(default_factory=dict)  # kvtier.ckptsave.CheckpointSpec fields
@@ -110,7 +111,8 @@ def cold_loads(build_dir: str, pool: Path, settings: ReadSettings, bounds: list[
                                                                      os.environ.get("PYTHONPATH")])),
            "LMCACHE_DISABLE_BANNER": "1"}
     argv = [sys.executable, "-m", "kvtier.coldread", "--pool", str(pool), "--chunks", str(settings.chunks),
-            "--chunk-mib", str(settings.chunk_mib), "--load-concurrency", *map(str, bounds)]
+            "--chunk-mib", str(settings.chunk_mib), "--load-concurrency", *map(str, bounds),
+            *(["--odirect"] if settings.use_odirect else [])]
     done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=settings.timeout_s * len(bounds))
     records = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0 or len(records) != len(bounds):
@@ -125,13 +127,15 @@ def run_reads(settings: ReadSettings, run_dir: str | os.PathLike) -> dict:
 
     run_dir = Path(run_dir)
     fio_version = fio.version()  # refuses a missing fio before anything is written
+    if settings.use_odirect:
+        pagecache.require_odirect(settings.pool_path)  # and a pool that O_DIRECT cannot read
     sites = {name: _build_site(path) for name, path in settings.builds.items()}
     versions = {name: lmcache_build.read(path)["version"] for name, path in settings.builds.items()}
     spec = ckptsave.CheckpointSpec(**settings.checkpoint)
     run_dir.mkdir(parents=True, exist_ok=True)
     with _RunRecord(run_dir, "r1-reads", asdict(settings),
                     {"fio": fio_version, "lmcache_versions": versions, "sites": sites,
-                     "checkpoint_spec": asdict(spec), "page_cache": "posix_fadvise DONTNEED",
+                     "checkpoint_spec": asdict(spec), "page_cache": coldread.page_cache(settings.use_odirect),
                      "platform": PLATFORM_FILE}):
         platform_probe.write(run_dir / PLATFORM_FILE, {"local_disk": settings.local_disk_path,
                                                        "shared_pool": settings.pool_path, "run_dir": str(run_dir)},

@@ -205,6 +205,7 @@ class VllmServer(ManagedProcess):
 
 TRANSFERS = ("shm", "pickle")
 SHM_DIR = "/dev/shm"
+SHM_PREFIX = "lmcache_l1_pool_"  # LMCache 0.5.6 names every L1 segment so (engine_context._compute_shm_pool_info)
 
 
 @dataclass
@@ -238,8 +239,9 @@ class LMCacheServer(ManagedProcess):
 
     @property
     def shm_name(self) -> str:
-        """The shared-memory segment of this server's L1 (unique per port: two servers never share one)."""
-        return f"kvtier-lmcache-{self.port}" if self.transfer == "shm" else ""
+        """The shared-memory segment of this server's L1 (unique per port: two servers never share one). LMCache
+        puts its prefix in front of a name that lacks it, so the name given is the segment's own."""
+        return f"{SHM_PREFIX}kvtier-{self.port}" if self.transfer == "shm" else ""
 
     def start(self):
         self._remove_segment()  # a segment left by a server that was killed would be reused half-written

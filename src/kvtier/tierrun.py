@@ -63,6 +63,7 @@ class TierSettings:
     # or the venv's own when empty; and the fs L2 adapter's read bound (a setting of the patched build).
     lmcache_build: str = ""
     l2_load_concurrency: int | None = None
+    l2_use_odirect: bool = True  # the fs adapter's own O_DIRECT switch (reads and writes bypass the page cache)
     # How the LMCache server hands KV to the vLLM worker: a shared-memory L1 ("shm") or pickles over IPC.
     lmcache_transfer: str = "shm"
 
@@ -110,6 +111,8 @@ class TierStack:
             build = lmcache_build.read(settings.lmcache_build) if settings.lmcache_build else None
             options = ({"load_concurrency": settings.l2_load_concurrency}
                        if settings.l2_load_concurrency is not None else {})
+            if self.pool is not None and settings.l2_use_odirect:
+                options["use_odirect"] = True
             self.lmcache = LMCacheServer(log_path=str(log_dir / "lmcache.log"), l1_size_gb=settings.lmcache_l1_gb,
                                          l2_path=str(self.pool) if self.pool else None, l2_options=options,
                                          site=str(Path(settings.lmcache_build) / build["site"]) if build else None,
@@ -129,6 +132,8 @@ class TierStack:
                 shutil.rmtree(self.pool)  # a tier run starts from an empty pool: its KV is what populate wrote
         if self.pool is not None:
             self.pool.mkdir(parents=True, exist_ok=True)
+            if self.settings.l2_use_odirect:
+                pagecache.require_odirect(self.pool)
         try:
             if self.lmcache:
                 self.lmcache.start()

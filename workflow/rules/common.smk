@@ -36,6 +36,7 @@ _SERVER = {("vllm_extra_args" if key == "extra_args" else key): value for key, v
 TIER_SETTINGS = json.dumps({"model_dir": MODEL_DIR, "served_name": MODEL["served_name"], **_SERVER,
                             "lmcache_build": LMCACHE_BUILD, "lmcache_transfer": LMCACHE["transfer"],
                             "l2_load_concurrency": LMCACHE["load_concurrency"] if PATCHES else None,
+                            "l2_use_odirect": LMCACHE["use_odirect"],
                             **{key: value for key, value in RUNS.items()
                                if key not in ("enabled", "campaign", "tiers", "cross_instance", "server")}})
 # The campaign's runs: one per tier, and R3's cross-instance run.
@@ -46,7 +47,8 @@ R1 = config["r1"]
 R1_DIR = f"{CAMPAIGN_DIR}/R1"
 R1_READ_SETTINGS = json.dumps({"pool_path": RUNS["shared_pool_path"], "local_disk_path": RUNS["local_disk_path"],
                                "builds": {v: f"build/lmcache/{v}" for v in ("upstream", "patched")},
-                               "load_concurrency": LMCACHE["load_concurrency"], "timeout_s": RUNS["timeout_s"],
+                               "load_concurrency": LMCACHE["load_concurrency"], "use_odirect": LMCACHE["use_odirect"],
+                               "timeout_s": RUNS["timeout_s"],
                                **{k: R1[k] for k in ("chunks", "chunk_mib", "queue_depths", "rounds", "checkpoint")}})
 R1_RESUME_SETTINGS = json.dumps(R1["resume"])
 # The raw files the R1 page reads (hashed into its manifest).
