@@ -69,12 +69,12 @@ def r1_chart(coldread: pd.DataFrame, fio: pd.DataFrame) -> alt.LayerChart:
     readers = ["fio direct read (device limit)", "LMCache patched (load bound = depth)",
                "LMCache upstream (one key at a time)"]
     base = alt.Chart(frame, title="R1 (measured here): cold-read bandwidth, one worker vs the device")
-    x = alt.X("depth:O", title="queue depth (fio) / load bound (patched)")
+    x = alt.X("depth:O", title="queue depth (fio) / load bound (patched)", axis=alt.Axis(labelAngle=0))
     offset = alt.XOffset("reader:N", sort=readers)
     bars = base.mark_bar().encode(
         x=x, xOffset=offset,
         y=alt.Y("median:Q", title="GB/s (median over rounds)", scale=alt.Scale(zero=True)),
-        color=alt.Color("reader:N", sort=readers, title=None, legend=alt.Legend(orient="bottom", columns=1)),
+        color=alt.Color("reader:N", sort=readers, title=None, legend=alt.Legend(orient="bottom", columns=1, labelLimit=0)),
         tooltip=["reader", "depth", alt.Tooltip("median:Q", format=".3f"), alt.Tooltip("low:Q", format=".3f"),
                  alt.Tooltip("high:Q", format=".3f")])
     whiskers = base.mark_rule().encode(x=x, xOffset=offset, y="low:Q", y2="high:Q")
