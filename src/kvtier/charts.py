@@ -74,7 +74,8 @@ def r1_chart(coldread: pd.DataFrame, fio: pd.DataFrame) -> alt.LayerChart:
     bars = base.mark_bar().encode(
         x=x, xOffset=offset,
         y=alt.Y("median:Q", title="GB/s (median over rounds)", scale=alt.Scale(zero=True)),
-        color=alt.Color("reader:N", sort=readers, title=None, legend=alt.Legend(orient="bottom", columns=1, labelLimit=0)),
+        color=alt.Color("reader:N", sort=readers, title=None,
+                        legend=alt.Legend(orient="bottom", columns=1, labelLimit=0)),
         tooltip=["reader", "depth", alt.Tooltip("median:Q", format=".3f"), alt.Tooltip("low:Q", format=".3f"),
                  alt.Tooltip("high:Q", format=".3f")])
     whiskers = base.mark_rule().encode(x=x, xOffset=offset, y="low:Q", y2="high:Q")

@@ -9,9 +9,9 @@ code measures the upstream and the patched adapter (kvtier.r1probe starts it onc
 The chunks are written through the adapter itself (its own file names and layout) when the pool lacks them.
 Right before each timed load, the pool's files are dropped from the page cache (posix_fadvise DONTNEED) and the
 bytes still resident are counted (mincore), so the record shows that the load read the device; with --odirect
-the adapter reads with O_DIRECT as well (its own `use_odirect`), into page-aligned buffers as O_DIRECT needs. One load per
-`--load-concurrency` value, in the order given, each by a new adapter with that bound; the upstream adapter
-ignores the bound: it reads one key after another. Prints one JSON record per load on stdout.
+the adapter reads with O_DIRECT as well (its own `use_odirect`), into page-aligned buffers as O_DIRECT needs.
+One load per `--load-concurrency` value, in the order given, each by a new adapter with that bound; the upstream
+adapter ignores the bound: it reads one key after another. Prints one JSON record per load on stdout.
 """
 
 from __future__ import annotations

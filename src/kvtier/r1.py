@@ -145,9 +145,14 @@ def _target(name: str, figure: float | None, threshold: float, met: bool | None,
     return {"target": name, "figure": figure, "threshold": threshold, "met": met, "detail": detail}
 
 
+def _by_bound(coldread: pd.DataFrame) -> pd.Series:
+    """The patched worker's median GB/s per load bound."""
+    return coldread[coldread["build"] == "patched"].set_index("load_concurrency")["gb_per_s_median"]
+
+
 def matching(coldread: pd.DataFrame, fio: pd.DataFrame) -> pd.DataFrame:
     """The patched worker at each load bound beside fio at the same queue depth (medians over the rounds)."""
-    patched = coldread[coldread["build"] == "patched"].set_index("load_concurrency")["gb_per_s_median"]
+    patched = _by_bound(coldread)
     rows = [{"depth": int(depth), "fio_gb_per_s": float(limit), "patched_gb_per_s": float(patched[depth]),
              "patched_over_fio": float(patched[depth] / limit)}
             for depth, limit in fio.set_index("iodepth")["gb_per_s_median"].items() if depth in patched.index]
@@ -157,7 +162,7 @@ def matching(coldread: pd.DataFrame, fio: pd.DataFrame) -> pd.DataFrame:
 def targets(coldread: pd.DataFrame, fio: pd.DataFrame, resume: pd.DataFrame | None,
             load_concurrency: int) -> tuple[pd.DataFrame, bool]:
     by_depth = fio.set_index("iodepth")["gb_per_s_median"]
-    by_bound = coldread[coldread["build"] == "patched"].set_index("load_concurrency")["gb_per_s_median"]
+    by_bound = _by_bound(coldread)
     best_depth, best_bound = int(by_depth.idxmax()), int(by_bound.idxmax())
     rewards = bool(by_depth.max() >= PARALLEL_GAIN * by_depth.get(1, by_depth.iloc[0]))
     patched = float(by_bound.max())
@@ -221,8 +226,7 @@ def load(r1_dir: str | os.PathLike) -> Measured:
     platform = platform_probe.read(reads_dir / PLATFORM_FILE)
     conditions = {"chunks": settings["chunks"], "chunk_mib": settings["chunk_mib"],
                   "load_concurrency": settings["load_concurrency"], "rounds": settings["rounds"],
-                  "load_bounds": sorted(int(b) for b in set(coldread_rounds.query("build == 'patched'")
-                                                            ["load_concurrency"])),
+                  "load_bounds": [int(bound) for bound in _by_bound(coldread).index],
                   "queue_depths": settings["queue_depths"], "page_cache": run["page_cache"], "fio": run["fio"],
                   "lmcache_versions": run["lmcache_versions"], "checkpoint_spec": run["checkpoint_spec"],
                   "device_rewards_parallelism": rewards, "platform": platform,
