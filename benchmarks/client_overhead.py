@@ -91,8 +91,8 @@ def main() -> None:
         raise SystemExit("needs two cores: one for the client, one for the server")
 
     from kvtier.bench.instrument import spawn
-    from kvtier.model import ModelSpec, generate
-    from kvtier.servers import free_port
+    from kvtier.stack.model import ModelSpec, generate
+    from kvtier.stack.process import free_port
     work = Path(tempfile.mkdtemp(prefix="kvtier-overhead-"))
     tokenizer = str(generate(work / "model", ModelSpec(layers=1, hidden=64, intermediate=128, heads=2,
                                                        kv_heads=1, head_dim=32)))  # the peer needs a tokenizer

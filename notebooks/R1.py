@@ -36,7 +36,7 @@
 #   request handling and forward pass that no storage tier can remove.
 #
 # Every figure is the median over the run's rounds, every ratio is between figures of this run, and all are
-# computed by `kvtier.r1` from the raw records of `kvtier.r1probe`.
+# computed by `kvtier.evidence.r1` from the raw records of `kvtier.runs.r1`.
 
 # %% tags=["parameters"]
 r1_dir = "../tests/fixtures/r1"  # an R1 directory: reads/ (kvtier r1-reads) and resume/ (kvtier r1-resume)
@@ -49,8 +49,8 @@ from pathlib import Path
 
 from IPython.display import SVG, Markdown, display
 
-from kvtier import charts, r1
 from kvtier.audit import ledger
+from kvtier.evidence import charts, r1
 
 measured = r1.load(r1_dir)
 

@@ -18,8 +18,8 @@
 # for the FX100 shared pool, one local NVMe drive and full recompute, at concurrency 8, 16 and 32. This notebook
 # regenerates that table from the transcribed readings in `raw_data/published/R2_readings.csv` and recomputes
 # the figures the report's text derives from it. Every number below is computed by the `kvtier` package
-# (`kvtier.r2`, `kvtier.tables`); the notebook only shows it. Whether the text's claims match these figures is
-# the audit's job (evidence item A), not this page's.
+# (`kvtier.evidence.r2`, `kvtier.evidence.tables`); the notebook only shows it. Whether the text's claims match
+# these figures is the audit's job (evidence item A), not this page's.
 
 # %% tags=["parameters"]
 published_dir = "../raw_data/published"  # transcribed readings, provenance and stated conditions
@@ -31,8 +31,8 @@ from pathlib import Path
 
 from IPython.display import SVG, Markdown, display
 
-from kvtier import charts, r2
-from kvtier.config import load_yaml
+from kvtier.core.config import load_yaml
+from kvtier.evidence import charts, r2
 
 derived = r2.load(published_dir)
 

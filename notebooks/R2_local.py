@@ -18,9 +18,9 @@
 # vLLM and the real LMCache server by the tier runs of the pipeline (`raw_data/runs/<campaign>/`). Each tier ran
 # the cold-resume protocol: populate, evict as the tier requires, resume at each concurrency. A window counts
 # only when its attribution shows that the prefix came from the tier under test; an invalid window is shown in
-# the attribution table and left out of the readings. Figures are computed by `kvtier.r2_local` and
-# `kvtier.tables`, the same code as the published R2. Absolute figures here are for this machine and model; only
-# ratios may be set beside the published ones.
+# the attribution table and left out of the readings. Figures are computed by `kvtier.evidence.measured` (item
+# R2_local) and `kvtier.evidence.tables`, the same code as the published R2. Absolute figures here are for this
+# machine and model; only ratios may be set beside the published ones.
 
 # %% tags=["parameters"]
 campaign_dir = "../tests/fixtures/campaign"  # a campaign's tables (R2_readings.csv, attribution.csv, ...)
@@ -32,15 +32,15 @@ from pathlib import Path
 
 from IPython.display import SVG, Markdown, display
 
-from kvtier import charts, r2_local
+from kvtier.evidence import charts, conditions, measured
 
-local = r2_local.load(campaign_dir)
+local = measured.load(campaign_dir, "R2_local")
 
 # %% [markdown]
 # ## Conditions
 
 # %%
-display(Markdown(r2_local.conditions_markdown(local.conditions)))
+display(Markdown(conditions.campaign_markdown(local.conditions)))
 
 # %% [markdown]
 # ## Readings: TTFT p50 (s) and output tok/s per tier × concurrency
@@ -57,13 +57,13 @@ print(local.table.set_index("concurrency").T.to_string(float_format=lambda v: f"
 # `ttft_p50_speedup` = recompute TTFT p50 / tier TTFT p50; `output_tok_s_gain_pct` = 100 × (tier / recompute − 1).
 
 # %%
-display(local.vs_recompute.style.hide(axis="index").format(precision=3))
+display(local.comparisons["vs_recompute"].style.hide(axis="index").format(precision=3))
 
 # %% [markdown]
 # ## Shared pool against local disk
 
 # %%
-display(local.pool_vs_local.style.hide(axis="index").format(precision=3))
+display(local.comparisons["pool_vs_local_disk"].style.hide(axis="index").format(precision=3))
 
 # %% [markdown]
 # ## Attribution: which source served each window's prompt
@@ -86,9 +86,9 @@ print(local.correctness.to_string(index=False))
 # ## Chart
 
 # %%
-display(SVG(charts.to_svg(charts.tier_chart(local.readings, "R2_local (measured here): tiered cold resume"))))
+display(SVG(charts.to_svg(measured.chart(local))))
 
 # %%
 if out_dir:
-    for path in r2_local.write_evidence(local, out_dir, png_scale=chart_png_scale):
+    for path in measured.write_evidence(local, out_dir, png_scale=chart_png_scale):
         print(f"wrote {Path(path).name}")

@@ -21,7 +21,7 @@
 # seen a session); before each later one B's servers restart on the pool, as for the L2 tiers. A window counts
 # only when B's prompt came from LMCache L2 and A served nothing during it. Readings are in the published R2
 # table's shape, beside the same-instance shared pool and recompute of the same campaign; figures are computed
-# by `kvtier.r3` and `kvtier.tables`.
+# by `kvtier.evidence.measured` (item R3) and `kvtier.evidence.tables`, the verdict by `kvtier.evidence.r3`.
 
 # %% tags=["parameters"]
 campaign_dir = "../tests/fixtures/campaign"  # a campaign's tables (R2_readings.csv, attribution.csv, ...)
@@ -34,15 +34,15 @@ from pathlib import Path
 
 from IPython.display import SVG, Markdown, display
 
-from kvtier import charts, r2_local, r3
+from kvtier.evidence import charts, conditions, measured, r3
 
-shared = r3.load(campaign_dir)
+shared = measured.load(campaign_dir, "R3")
 
 # %% [markdown]
 # ## Conditions
 
 # %%
-display(Markdown(r2_local.conditions_markdown(shared.conditions)))
+display(Markdown(conditions.campaign_markdown(shared.conditions)))
 
 # %% [markdown]
 # ## Verdict
@@ -66,10 +66,10 @@ print(shared.table.set_index("concurrency").T.to_string(float_format=lambda v: f
 # `ttft_p50_speedup` = baseline TTFT p50 / tier TTFT p50; `output_tok_s_gain_pct` = 100 × (tier / baseline − 1).
 
 # %%
-display(shared.vs_recompute.style.hide(axis="index").format(precision=3))
+display(shared.comparisons["vs_recompute"].style.hide(axis="index").format(precision=3))
 
 # %%
-display(shared.vs_same_instance.style.hide(axis="index").format(precision=3))
+display(shared.comparisons["vs_same_instance"].style.hide(axis="index").format(precision=3))
 
 # %% [markdown]
 # ## Attribution: instance B's prompt sources and L2 hits, instance A's activity
@@ -91,10 +91,9 @@ print(shared.correctness.to_string(index=False))
 # ## Chart
 
 # %%
-display(SVG(charts.to_svg(charts.tier_chart(shared.readings, "R3 (measured here): resume from a pool another "
-                                            "instance wrote"))))
+display(SVG(charts.to_svg(measured.chart(shared))))
 
 # %%
 if out_dir:
-    for path in r3.write_evidence(shared, out_dir, png_scale=chart_png_scale):
+    for path in measured.write_evidence(shared, out_dir, png_scale=chart_png_scale):
         print(f"wrote {Path(path).name}")

@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """Platform probe (evidence item R4): record what a run runs on as JSON validated by its schema.
 
-Every tier run calls it (kvtier.tierrun) and writes RUN_DIR/probes/platform.json; run it by hand on a node to
+Every tier run calls it (kvtier.runs.tier_run) and writes RUN_DIR/probes/platform.json; run it by hand on a node to
 check a cluster before a campaign, e.g.
 
     python probes/platform_probe.py --out node.json --path shared_pool=/mnt/pool --model-dir models/kvtier-model
 
-The logic is in kvtier.platform_probe (unit tested); this script is the standalone entry point of probes/ and
+The logic is in kvtier.probes.platform_probe (unit tested); this script is the standalone entry point of probes/ and
 works from a checkout whether or not kvtier is installed.
 """
 

@@ -71,13 +71,13 @@ def project_copy(tmp_path: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory) -> Path:
-    from kvtier.model import ModelSpec, generate
+    from kvtier.stack.model import ModelSpec, generate
     return generate(tmp_path_factory.mktemp("model") / "tiny", ModelSpec(seed=0, max_positions=8192))
 
 
 @pytest.fixture(scope="session")
 def vllm_server(tiny_model, tmp_path_factory):
-    from kvtier.servers import VllmServer
+    from kvtier.stack.vllm_server import VllmServer
     server = VllmServer(str(tiny_model), str(tmp_path_factory.mktemp("logs") / "vllm.log"), served_name="tiny",
                         max_model_len=8192, kv_cache_gib=1)
     with server:
@@ -87,14 +87,14 @@ def vllm_server(tiny_model, tmp_path_factory):
 @pytest.fixture(scope="session")
 def upstream_wheel(tmp_path_factory):
     """The real upstream LMCache wheel, fetched once (pip download, sha256 checked)."""
-    from kvtier import lmcache_build
+    from kvtier.stack import lmcache_build
     return lmcache_build.fetch(lmcache_build.Upstream(), tmp_path_factory.mktemp("upstream"))
 
 
 @pytest.fixture(scope="session")
 def lmcache_builds(upstream_wheel, tmp_path_factory) -> dict:
     """Both LMCache builds, made once: {"upstream" | "patched": (build directory, build record)}."""
-    from kvtier import lmcache_build
+    from kvtier.stack import lmcache_build
     root = tmp_path_factory.mktemp("builds")
     patches = sorted((ROOT / "patches").glob("*.patch"))
     return {name: (root / name, lmcache_build.build(upstream_wheel, lmcache_build.Upstream(), files, root / name))

@@ -9,11 +9,12 @@ import shutil
 import pytest
 import yaml
 
-from conftest import PUBLISHED, ROOT, run
 from kvtier.audit import audit, crosschecks, ledger, load_tables, report
 from kvtier.audit.formula import Ref, expand_refs
-from kvtier.errors import KvtierError
-from kvtier.published import R2_SPEC
+from kvtier.core.errors import KvtierError
+from kvtier.evidence.published import R2_SPEC
+
+from conftest import PUBLISHED, ROOT, run
 
 GOLDEN = ROOT / "tests" / "golden" / "audit_verdicts.json"
 LEDGER = ledger.load(PUBLISHED / "claims.yaml")

@@ -6,11 +6,12 @@ import time
 
 import pytest
 
-from conftest import run
 from kvtier.bench.instrument import spawn
 from kvtier.bench.runner import BenchConfig, Runner
-from kvtier.errors import KvtierError
-from kvtier.servers import free_port
+from kvtier.core.errors import KvtierError
+from kvtier.stack.process import free_port
+
+from conftest import run
 
 
 @pytest.fixture

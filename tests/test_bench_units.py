@@ -4,10 +4,11 @@ import json
 
 import pytest
 
-from conftest import ROOT
 from kvtier.bench import metrics, summary, workloads
 from kvtier.bench.records import RecordWriter, latest_per_request, new_record, read_records
-from kvtier.errors import KvtierError
+from kvtier.core.errors import KvtierError
+
+from conftest import ROOT
 
 IDS = list(range(100, 400))
 

@@ -10,9 +10,10 @@ import time
 
 import pytest
 
-from conftest import ROOT, tool_env
 from kvtier.bench.records import latest_per_request, read_records
 from kvtier.bench.runner import BenchConfig, Runner
+
+from conftest import ROOT, tool_env
 
 pytestmark = pytest.mark.vllm
 
@@ -118,7 +119,8 @@ def test_interrupted_run_is_marked_incomplete_and_resumes_without_mixing(vllm_se
 
 
 def test_a_server_killed_mid_run_leaves_recorded_failures_and_no_process(tiny_model, tmp_path):
-    from kvtier.servers import VllmServer, group_members
+    from kvtier.stack.process import group_members
+    from kvtier.stack.vllm_server import VllmServer
     server = VllmServer(str(tiny_model), str(tmp_path / "vllm.log"), served_name="tiny", max_model_len=8192,
                         kv_cache_gib=1).start()
     pgid = server.process.pid

@@ -1,12 +1,16 @@
 """Attribution rules and the R2_local tables, on synthetic windows and on a real campaign's tables."""
 
 import dataclasses
+import shutil
 
+import pandas as pd
 import pytest
 
+from kvtier.core.errors import KvtierError
+from kvtier.evidence import conditions, measured, r3
+from kvtier.runs.campaign import attribution
+
 from conftest import ROOT
-from kvtier import r2_local, r3
-from kvtier.campaign import attribution
 
 
 def window(prompt=4160, failed=0, writer=None, **sources):
@@ -47,36 +51,57 @@ def test_a_window_with_failed_requests_is_invalid():
 
 
 def test_r2_local_tables_from_a_real_campaign():
-    local = r2_local.load(ROOT / "tests" / "fixtures" / "campaign")
-    assert set(local.vs_recompute["tier"]) == {"engine", "dram", "local_disk", "shared_pool"}
-    speedup = local.vs_recompute.set_index(["tier", "concurrency"])["ttft_p50_speedup"]
+    local = measured.load(ROOT / "tests" / "fixtures" / "campaign", "R2_local")
+    vs_recompute = local.comparisons["vs_recompute"]
+    assert set(vs_recompute["tier"]) == {"engine", "dram", "local_disk", "shared_pool"}
+    speedup = vs_recompute.set_index(["tier", "concurrency"])["ttft_p50_speedup"]
     assert (speedup > 1).all(), "every cached tier beats recompute on TTFT"
-    assert "same device" in r2_local.conditions_markdown(local.conditions)
+    assert "same device" in conditions.campaign_markdown(local.conditions)
     assert "cross_instance" not in set(local.readings["tier"]), "R3's run has its own page"
 
 
 def test_r3_tables_from_a_real_campaign():
-    shared = r3.load(ROOT / "tests" / "fixtures" / "campaign")
+    shared = measured.load(ROOT / "tests" / "fixtures" / "campaign", "R3")
     verdict = r3.verdict(shared)
     assert verdict["verified"] and verdict["writer_files"] > 0
     assert all(hit >= prompt / 2 for hit, prompt in zip(verdict["l2_hit_tokens"], verdict["prompt_tokens"]))
-    assert set(shared.vs_recompute["tier"]) == {"cross_instance", "shared_pool"}
-    assert (shared.vs_recompute["ttft_p50_speedup"] > 1).all()
-    assert list(shared.vs_same_instance["baseline"].unique()) == ["shared_pool"]
+    assert set(shared.comparisons["vs_recompute"]["tier"]) == {"cross_instance", "shared_pool"}
+    assert (shared.comparisons["vs_recompute"]["ttft_p50_speedup"] > 1).all()
+    assert list(shared.comparisons["vs_same_instance"]["baseline"].unique()) == ["shared_pool"]
     assert r3.verdict_text(shared).startswith("VERIFIED:")
 
 
 def test_r3_is_not_verified_when_a_window_is_invalid():
-    shared = r3.load(ROOT / "tests" / "fixtures" / "campaign")
+    shared = measured.load(ROOT / "tests" / "fixtures" / "campaign", "R3")
     broken = dataclasses.replace(shared, attribution=shared.attribution.assign(valid=[False] + [True] * (
         len(shared.attribution) - 1)))
     assert not r3.verdict(broken)["verified"]
     assert r3.verdict_text(broken).startswith("NOT VERIFIED:")
 
 
+def test_both_measured_pages_are_one_type_whose_comparisons_are_data():
+    files = {item.id: item.output_files() for item in measured.ITEMS.values()}
+    assert files["R2_local"]["pool_vs_local_disk"] == "R2_local_pool_vs_local_disk.csv"
+    assert files["R3"]["vs_same_instance"] == "R3_vs_same_instance.csv"
+    local = measured.load(ROOT / "tests" / "fixtures" / "campaign", "R2_local")
+    pool = local.comparisons["pool_vs_local_disk"]
+    assert list(zip(pool["tier"], pool["baseline"])) == [("shared_pool", "local_disk")] * len(pool)
+
+
+def test_a_campaign_without_R3_runs_is_refused_naming_the_switch(tmp_path):
+    campaign = tmp_path / "campaign"
+    shutil.copytree(ROOT / "tests" / "fixtures" / "campaign", campaign)
+    attribution = pd.read_csv(campaign / "attribution.csv")
+    attribution[attribution["tier"] != "cross_instance"].to_csv(campaign / "attribution.csv", index=False)
+    with pytest.raises(KvtierError, match="no cross_instance run.*runs.cross_instance"):
+        measured.load(campaign, "R3")
+    assert len(measured.load(campaign, "R2_local").attribution) > 0
+    with pytest.raises(KvtierError, match="no measured tier page 'R9'"):
+        measured.load(campaign, "R9")
+
+
 def test_a_tier_run_without_a_model_is_refused_before_any_server_starts(tmp_path):
-    from kvtier.errors import KvtierError
-    from kvtier.tierrun import TierSettings, run_tier
+    from kvtier.runs.tier_run import TierSettings, run_tier
     with pytest.raises(KvtierError, match="no config.json there"):
         run_tier("dram", TierSettings(model_dir=str(tmp_path / "nope")), tmp_path / "run")
     with pytest.raises(KvtierError, match="unknown tier 'vram'"):
@@ -85,7 +110,7 @@ def test_a_tier_run_without_a_model_is_refused_before_any_server_starts(tmp_path
 
 
 def test_vllm_is_launched_as_configured_for_a_cluster(monkeypatch):
-    from kvtier.servers import VllmServer
+    from kvtier.stack.vllm_server import VllmServer
     monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
     cpu = VllmServer("/m", "/tmp/log", port=1)
     assert cpu.command()[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
@@ -96,22 +121,22 @@ def test_vllm_is_launched_as_configured_for_a_cluster(monkeypatch):
     assert cmd[:4] == ["vllm", "serve", "--model", "/m"]
     assert cmd[cmd.index("--tensor-parallel-size") + 1] == "8" and cmd[-2:] == ["--max-num-seqs", "64"]
     assert "VLLM_CPU_KVCACHE_SPACE" not in gpu.environment()
-    from kvtier.errors import KvtierError
+    from kvtier.core.errors import KvtierError
     with pytest.raises(KvtierError, match="platform 'tpu'"):
         VllmServer("/m", "/tmp/log", platform="tpu")
 
 
 def test_lmcache_hands_kv_over_shared_memory_by_default_and_leaves_no_segment(tmp_path, monkeypatch):
-    from kvtier import servers
-    from kvtier.errors import KvtierError
-    monkeypatch.setattr(servers, "SHM_DIR", str(tmp_path))
-    shm = servers.LMCacheServer(log_path=str(tmp_path / "log"))
-    other = servers.LMCacheServer(log_path=str(tmp_path / "log"))
+    from kvtier.core.errors import KvtierError
+    from kvtier.stack import lmcache_server
+    monkeypatch.setattr(lmcache_server, "SHM_DIR", str(tmp_path))
+    shm = lmcache_server.LMCacheServer(log_path=str(tmp_path / "log"))
+    other = lmcache_server.LMCacheServer(log_path=str(tmp_path / "log"))
     cmd = shm.command()
     assert cmd[cmd.index("--shm-name") + 1] == shm.shm_name != other.shm_name  # one segment per server
-    assert "--shm-name" not in servers.LMCacheServer(log_path="x", transfer="pickle").command()
+    assert "--shm-name" not in lmcache_server.LMCacheServer(log_path="x", transfer="pickle").command()
     with pytest.raises(KvtierError, match="transfer 'rdma'"):
-        servers.LMCacheServer(log_path="x", transfer="rdma")
+        lmcache_server.LMCacheServer(log_path="x", transfer="rdma")
     # A segment left behind (a server killed hard) is removed on stop, and before the next start.
     (tmp_path / shm.shm_name).write_bytes(b"stale")
     shm.stop()
@@ -122,9 +147,10 @@ def test_a_real_lmcache_server_maps_the_named_segment_and_a_hard_kill_leaves_non
     import os
     import signal
     from pathlib import Path
-    from kvtier import servers
-    server = servers.LMCacheServer(log_path=str(tmp_path / "lmcache.log"), l1_size_gb=0.05)
-    segment = Path(servers.SHM_DIR, server.shm_name)
+
+    from kvtier.stack import lmcache_server
+    server = lmcache_server.LMCacheServer(log_path=str(tmp_path / "lmcache.log"), l1_size_gb=0.05)
+    segment = Path(lmcache_server.SHM_DIR, server.shm_name)
     with server:
         assert segment.is_file(), f"LMCache made no segment {segment.name}: " + (tmp_path / "lmcache.log").read_text()
         os.killpg(server.process.pid, signal.SIGKILL)  # no chance to clean up after itself
@@ -136,14 +162,14 @@ def test_a_real_lmcache_server_maps_the_named_segment_and_a_hard_kill_leaves_non
 def test_server_ports_stay_out_of_the_ephemeral_range_and_are_never_handed_out_twice():
     # A port from the ephemeral range can be taken by anyone binding port 0 (vLLM's engine does) between the
     # moment it is chosen and the moment the server binds it: R3's second LMCache once failed that way.
-    from kvtier.servers import _ephemeral_range, free_port
+    from kvtier.stack.process import _ephemeral_range, free_port
     ports = [free_port() for _ in range(64)]
     assert len(set(ports)) == len(ports) and max(ports) < _ephemeral_range()[0]
 
 
 def test_a_populate_url_applies_to_cold_resume_only():
     from kvtier.bench.runner import BenchConfig
-    from kvtier.errors import KvtierError
+    from kvtier.core.errors import KvtierError
     BenchConfig(base_url="http://127.0.0.1:1", model="m", populate_url="http://127.0.0.1:2").check()
     with pytest.raises(KvtierError, match="cold-resume workload only"):
         BenchConfig(base_url="http://127.0.0.1:1", model="m", workload="random",
@@ -151,8 +177,8 @@ def test_a_populate_url_applies_to_cold_resume_only():
 
 
 def test_the_pool_settles_only_when_no_chunk_is_in_flight(tmp_path):
-    from kvtier.errors import KvtierError
-    from kvtier.tierrun import pool_state, wait_pool_settled
+    from kvtier.core.errors import KvtierError
+    from kvtier.runs.tier_run import pool_state, wait_pool_settled
     (tmp_path / "a.data").write_bytes(b"x" * 10)
     assert wait_pool_settled(tmp_path, timeout_s=5, quiet_s=0.2) == {"files": 1, "bytes": 10, "pending": 0}
     (tmp_path / "b.tmp").write_bytes(b"y")

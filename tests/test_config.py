@@ -1,9 +1,10 @@
 import pytest
 import yaml
 
+from kvtier.core import config
+from kvtier.core.errors import KvtierError
+
 from conftest import ROOT, run
-from kvtier import config
-from kvtier.errors import KvtierError
 
 
 def test_default_config_is_valid_and_complete():

@@ -4,10 +4,12 @@ import json
 
 import pytest
 
+from kvtier.core import atomic
+from kvtier.core.errors import KvtierError
+from kvtier.core.table_io import read_table
+from kvtier.evidence import index, r2
+
 from conftest import PUBLISHED
-from kvtier import atomic, index, r2
-from kvtier.errors import KvtierError
-from kvtier.evidence_io import read_table
 
 
 def test_write_evidence_writes_tables_and_both_chart_formats(tmp_path):

@@ -7,10 +7,11 @@ from dataclasses import replace
 
 import pytest
 
+from kvtier.core.errors import KvtierError
+from kvtier.core.hashing import sha256_file
+from kvtier.stack import lmcache_build
+
 from conftest import ROOT, run
-from kvtier import lmcache_build
-from kvtier.errors import KvtierError
-from kvtier.hashing import sha256_file
 
 PATCHES = sorted((ROOT / "patches").glob("*.patch"))
 
@@ -92,7 +93,7 @@ def test_a_tampered_download_is_refused(tmp_path):
 
 
 def test_the_config_pins_the_same_upstream_release_as_the_code():
-    from kvtier import config
+    from kvtier.core import config
     pinned = config.validate({}, "defaults")["lmcache"]["upstream"]
     assert pinned == {"version": lmcache_build.Upstream().version, "filename": lmcache_build.Upstream().filename,
                       "sha256": lmcache_build.Upstream().sha256}

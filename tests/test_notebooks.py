@@ -8,8 +8,9 @@ import jupytext
 import nbformat
 import pytest
 
+from kvtier.evidence.notebooks import is_checked
+
 from conftest import ROOT
-from kvtier.notebooks import is_checked
 
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 

@@ -6,10 +6,11 @@ import sys
 
 import pytest
 
+from kvtier.core.errors import KvtierError
+from kvtier.probes import platform_probe
+from kvtier.stack.model import config_hash
+
 from conftest import ROOT, run
-from kvtier import platform_probe
-from kvtier.errors import KvtierError
-from kvtier.model import config_hash
 
 SECRET = "do-not-record-7f3a"
 SECRET_NAMES = ["HF_TOKEN", "VLLM_API_KEY", "LMCACHE_SECRET_ACCESS", "SLURM_DB_PASSWORD", "CUDA_token_file",

@@ -3,12 +3,13 @@ import re
 
 import pytest
 
+from kvtier.core.config import load_yaml
+from kvtier.core.errors import KvtierError
+from kvtier.core.hashing import sha256_file
+from kvtier.evidence import r2
+from kvtier.evidence.published import load_readings
+
 from conftest import PUBLISHED
-from kvtier import r2
-from kvtier.config import load_yaml
-from kvtier.errors import KvtierError
-from kvtier.hashing import sha256_file
-from kvtier.published import load_readings
 
 SOURCE = PUBLISHED / "sources" / "003_e1d8e216fdab151e.txt"
 
@@ -86,7 +87,7 @@ def test_missing_readings_file_is_named(tmp_path):
 
 
 def test_document_000_table_is_transcribed_cell_for_cell():
-    from kvtier.published import B_SPEC, load_table
+    from kvtier.evidence.published import B_SPEC, load_table
     text = (PUBLISHED / "sources" / "000_858e5eafe124bac5.txt").read_text(encoding="utf-8")
     printed = [line.split("\t") for line in text.splitlines() if line.count("\t") == 3][1:]  # after the header
     table = load_table(PUBLISHED / B_SPEC.file, B_SPEC)

@@ -10,10 +10,13 @@ import pandas as pd
 import pytest
 import torch
 
-from conftest import ROOT, run
-from kvtier import ckptsave, fio, pagecache, r1, r1probe
 from kvtier.bench.records import read_records
-from kvtier.errors import KvtierError
+from kvtier.core.errors import KvtierError
+from kvtier.evidence import r1
+from kvtier.probes import ckptsave, fio, pagecache
+from kvtier.runs import r1 as r1_run
+
+from conftest import ROOT, run
 
 FIXTURE = ROOT / "tests" / "fixtures" / "r1"
 CKPT = {"layers": 4, "hidden": 256, "intermediate": 512, "kv_dim": 64, "rank": 8, "shards": 2}
@@ -95,18 +98,18 @@ def test_a_missing_fio_is_named_with_how_to_install_it(monkeypatch):
 def reads(lmcache_builds, tmp_path_factory):
     """A real, small R1 reads run over both builds."""
     base = tmp_path_factory.mktemp("r1")
-    settings = r1probe.ReadSettings(pool_path=str(base / "pool"), local_disk_path=str(base / "local"),
+    settings = r1_run.ReadSettings(pool_path=str(base / "pool"), local_disk_path=str(base / "local"),
                                     builds={name: str(path) for name, (path, _) in lmcache_builds.items()},
                                     chunks=24, chunk_mib=0.5, load_concurrency=4, queue_depths=[1, 4], rounds=2,
                                     checkpoint=CKPT)
     run_dir = base / "R1" / "reads"
-    return settings, run_dir, r1probe.run_reads(settings, run_dir)
+    return settings, run_dir, r1_run.run_reads(settings, run_dir)
 
 
 def test_reads_alternate_the_builds_and_every_load_starts_cold(reads):
     settings, run_dir, run = reads
     assert run["status"] == "complete" and run["page_cache"].startswith("O_DIRECT")
-    loads = [json.loads(line) for line in (run_dir / r1probe.COLDREAD_FILE).read_text().splitlines()]
+    loads = [json.loads(line) for line in (run_dir / r1_run.COLDREAD_FILE).read_text().splitlines()]
     # Builds and the patched build's load bounds (fio's depths and the configured bound) alternate their order.
     assert [(r["round"], r["build"], r["load_concurrency"]) for r in loads] == [
         (0, "upstream", 1), (0, "patched", 1), (0, "patched", 4), (1, "patched", 4), (1, "patched", 1),
@@ -116,9 +119,9 @@ def test_reads_alternate_the_builds_and_every_load_starts_cold(reads):
     assert by_build["patched"]["lmcache_version"].startswith("0.5.6+kvtier.")
     assert by_build["upstream"]["lmcache_version"] == "0.5.6"
     assert all(r["resident_bytes_before"] == 0 and r["bytes"] == 24 * (1 << 19) for r in loads)
-    fios = [json.loads(line) for line in (run_dir / r1probe.FIO_FILE).read_text().splitlines()]
+    fios = [json.loads(line) for line in (run_dir / r1_run.FIO_FILE).read_text().splitlines()]
     assert [(r["round"], r["iodepth"]) for r in fios] == [(0, 1), (0, 4), (1, 1), (1, 4)]
-    saves = [json.loads(line) for line in (run_dir / r1probe.CHECKPOINT_FILE).read_text().splitlines()]
+    saves = [json.loads(line) for line in (run_dir / r1_run.CHECKPOINT_FILE).read_text().splitlines()]
     assert {(r["target"], r["writer"]) for r in saves} == {(t, w) for t in ("local_disk", "shared_pool")
                                                            for w in ckptsave.WRITERS}
     assert len(saves) == 8
@@ -183,18 +186,18 @@ def test_bad_r1_settings_and_records_are_named(tmp_path, reads):
                check=False)
     assert proc.returncode != 0 and "'chunk'" in proc.stderr
     with pytest.raises(KvtierError, match="already holds a run"):
-        r1probe.run_reads(settings, run_dir)
+        r1_run.run_reads(settings, run_dir)
     copy = tmp_path / "R1"
     shutil.copytree(run_dir.parent / "reads", copy / "reads")
-    (copy / "reads" / r1probe.FIO_FILE).unlink()
+    (copy / "reads" / r1_run.FIO_FILE).unlink()
     with pytest.raises(KvtierError, match="fio.jsonl: missing"):
         r1.load(copy)
-    shutil.copy(run_dir / r1probe.FIO_FILE, copy / "reads" / r1probe.FIO_FILE)
-    with open(copy / "reads" / r1probe.COLDREAD_FILE, "a") as f:
+    shutil.copy(run_dir / r1_run.FIO_FILE, copy / "reads" / r1_run.FIO_FILE)
+    with open(copy / "reads" / r1_run.COLDREAD_FILE, "a") as f:
         f.write("{broken\n\n")
     with pytest.raises(KvtierError, match="coldread.jsonl, line"):
         r1.load(copy)
-    shutil.copy(run_dir / r1probe.COLDREAD_FILE, copy / "reads" / r1probe.COLDREAD_FILE)
+    shutil.copy(run_dir / r1_run.COLDREAD_FILE, copy / "reads" / r1_run.COLDREAD_FILE)
     record = json.loads((copy / "reads" / "run.json").read_text())
     (copy / "reads" / "run.json").write_text(json.dumps({**record, "status": "incomplete", "error": "KeyboardInterrupt"}))
     with pytest.raises(KvtierError, match="'incomplete', not complete"):
@@ -224,7 +227,7 @@ def test_the_fixture_resume_reads_its_chunks_from_l2():
 
 def test_the_resume_is_set_beside_the_same_sessions_from_the_engine_cache(tmp_path):
     resume = r1.load(FIXTURE).resume
-    floor = read_records(FIXTURE / "resume" / r1probe.ENGINE_HIT_RUN / "requests.jsonl")
+    floor = read_records(FIXTURE / "resume" / r1_run.ENGINE_HIT_RUN / "requests.jsonl")
     by_session = {r["labels"]["session"]: (r["first_token_ns"] - r["send_ns"]) / 1e9
                   for r in floor if r["phase"].startswith("resume")}
     assert len(by_session) == len(resume)
@@ -236,7 +239,7 @@ def test_the_resume_is_set_beside_the_same_sessions_from_the_engine_cache(tmp_pa
     # A floor that did not come from the engine's cache is no floor: refused, naming the run and the setting.
     copy = tmp_path / "R1"
     shutil.copytree(FIXTURE, copy)
-    summary_path = copy / "resume" / r1probe.ENGINE_HIT_RUN / "summary.json"
+    summary_path = copy / "resume" / r1_run.ENGINE_HIT_RUN / "summary.json"
     summary = json.loads(summary_path.read_text())
     for window in summary["windows"]:
         deltas = window["server_metrics"]["vllm"]["deltas"]
@@ -245,14 +248,14 @@ def test_the_resume_is_set_beside_the_same_sessions_from_the_engine_cache(tmp_pa
     summary_path.write_text(json.dumps(summary))
     with pytest.raises(KvtierError, match="engine_hit: the sessions did not resume.*engine_kv_gib"):
         r1.load(copy)
-    shutil.rmtree(copy / "resume" / r1probe.ENGINE_HIT_RUN)
+    shutil.rmtree(copy / "resume" / r1_run.ENGINE_HIT_RUN)
     with pytest.raises(KvtierError, match="engine_hit/summary.json: missing .*kvtier r1-resume"):
         r1.load(copy)
 
 
 def test_a_pool_that_refuses_o_direct_is_named_before_anything_is_written(tmp_path, lmcache_builds, monkeypatch):
     assert pagecache.takes_odirect(tmp_path)  # this disk reads and writes O_DIRECT (the probe does both)
-    settings = r1probe.ReadSettings(pool_path=str(tmp_path / "pool"), local_disk_path=str(tmp_path / "local"),
+    settings = r1_run.ReadSettings(pool_path=str(tmp_path / "pool"), local_disk_path=str(tmp_path / "local"),
                                     builds={name: str(path) for name, (path, _) in lmcache_builds.items()})
     real_open = os.open
 
@@ -264,12 +267,12 @@ def test_a_pool_that_refuses_o_direct_is_named_before_anything_is_written(tmp_pa
     monkeypatch.setattr(pagecache.os, "open", refuse_odirect)
     assert not pagecache.takes_odirect(tmp_path / "pool")
     with pytest.raises(KvtierError, match="pool: its file system does not take O_DIRECT.*use_odirect: false"):
-        r1probe.run_reads(settings, tmp_path / "reads")
+        r1_run.run_reads(settings, tmp_path / "reads")
     assert not (tmp_path / "reads").exists() and not any((tmp_path / "pool").iterdir())
 
 
 def test_l2_tiers_ask_the_fs_adapter_for_o_direct_unless_told_not_to(tmp_path):
-    from kvtier.tierrun import TierSettings, TierStack
+    from kvtier.runs.tier_run import TierSettings, TierStack
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text("{}")

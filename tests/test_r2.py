@@ -5,9 +5,10 @@ import math
 import pandas as pd
 import pytest
 
+from kvtier.core.errors import KvtierError
+from kvtier.evidence import r2, tables
+
 from conftest import PUBLISHED
-from kvtier import r2, tables
-from kvtier.errors import KvtierError
 
 DERIVED = r2.load(PUBLISHED)
 

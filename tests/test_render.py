@@ -5,9 +5,10 @@ import json
 import nbformat
 import pytest
 
+from kvtier.core.errors import KvtierError
+from kvtier.evidence import render
+
 from conftest import run
-from kvtier import render
-from kvtier.errors import KvtierError
 
 
 def make_notebook(path, body: str):

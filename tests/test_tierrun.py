@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from kvtier.runs.campaign import attribution
+from kvtier.stack.process import group_members
+
 from conftest import copy_project, tool_env
-from kvtier.campaign import attribution
-from kvtier.servers import group_members
 
 pytestmark = pytest.mark.vllm
 

@@ -10,9 +10,10 @@ import pandas as pd
 import pytest
 import yaml
 
+from kvtier.core.table_io import read_table
+from kvtier.evidence import r2
+
 from conftest import ROOT, copy_project, run
-from kvtier import r2
-from kvtier.evidence_io import read_table
 
 pytestmark = pytest.mark.workflow
 
@@ -161,9 +162,9 @@ def test_audit_can_be_switched_off(project_copy):
 
 
 def test_measured_runs_are_attributed_correct_and_rendered(built):
-    from kvtier import r2_local
+    from kvtier.evidence import measured
     campaign = built / "raw_data" / "runs" / "test"
-    local = r2_local.load(campaign)
+    local = measured.load(campaign, "R2_local")
     attribution = local.attribution.set_index(["tier", "concurrency"])
     assert attribution["valid"].all(), attribution[["valid", "rule"]]
     assert (attribution.loc["dram", "l1_hit_tokens"] > 0).all()
@@ -181,8 +182,8 @@ def test_measured_runs_are_attributed_correct_and_rendered(built):
 
 
 def test_r3_instance_b_resumes_from_the_pool_instance_a_wrote(built):
-    from kvtier import r3
-    shared = r3.load(built / "raw_data" / "runs" / "test")
+    from kvtier.evidence import measured, r3
+    shared = measured.load(built / "raw_data" / "runs" / "test", "R3")
     verdict = r3.verdict(shared)
     assert verdict["verified"], verdict
     assert verdict["writer_files"] > 0 and all(h > 0 for h in verdict["l2_hit_tokens"])
@@ -200,8 +201,8 @@ def test_r3_instance_b_resumes_from_the_pool_instance_a_wrote(built):
 
 
 def test_every_run_records_its_platform(built):
-    from kvtier import platform_probe
-    from kvtier.model import config_hash
+    from kvtier.probes import platform_probe
+    from kvtier.stack.model import config_hash
     campaign = built / "raw_data" / "runs" / "test"
     for run_dir in sorted(p for p in campaign.iterdir() if p.is_dir() and p.name != "R1"):
         record = platform_probe.read(run_dir / "probes" / "platform.json")
@@ -218,7 +219,7 @@ def test_every_run_records_its_platform(built):
 
 
 def test_r1_compares_both_builds_and_resumes_from_l2(built):
-    from kvtier import r1
+    from kvtier.evidence import r1
     measured = r1.load(built / "raw_data" / "runs" / "test" / "R1")
     versions = dict(zip(measured.coldread["build"], measured.coldread["version"]))
     build = json.loads((built / "build" / "lmcache" / "patched" / "build.json").read_text())

@@ -8,11 +8,11 @@ import signal
 import sys
 from pathlib import Path
 
-from .errors import KvtierError
+from .core.errors import KvtierError
 
 
 def _cmd_config_check(args) -> None:
-    from . import config
+    from .core import config
     cfg = config.load(args.config)
     print(f"{args.config}: valid")
     if args.show:
@@ -40,19 +40,19 @@ def _number_or_text(value: str):
 
 
 def _cmd_render(args) -> None:
-    from . import render
+    from .evidence import render
     page = render.render(args.item, args.notebook, args.out_dir, _parse_params(args.param), args.input,
                          cell_timeout_s=args.cell_timeout_s, html_template=args.html_template)
     print(f"{args.item}: rendered {page}")
 
 
 def _cmd_index(args) -> None:
-    from . import index
+    from .evidence import index
     print(f"wrote {index.build(args.evidence_dir, args.item)}")
 
 
 def _cmd_r2(args) -> None:
-    from . import r2
+    from .evidence import r2
     derived = r2.load(args.published_dir)
     print(r2.report_markdown(derived), end="")
     for name, value in r2.headline(derived).items():
@@ -60,15 +60,15 @@ def _cmd_r2(args) -> None:
 
 
 def _cmd_notebook_sync(args) -> None:
-    from . import notebooks
+    from .evidence import notebooks
     for py in args.py:
         print(f"wrote {notebooks.sync(py)}")
 
 
 def _cmd_audit(args) -> None:
-    from .audit import crosschecks, ledger, load_tables, report
     from .audit import audit as run_audit
-    from .published import R2_SPEC, load_table
+    from .audit import crosschecks, ledger, load_tables, report
+    from .evidence.published import R2_SPEC, load_table
     claims = ledger.load(args.claims, args.published_dir)
     local = {"R2": load_table(Path(args.runs) / R2_SPEC.file, R2_SPEC)} if args.runs else None
     results = run_audit(claims, load_tables(args.published_dir), local)
@@ -123,13 +123,13 @@ def _cmd_bench(args) -> None:
 def _cmd_model(args) -> None:
     from dataclasses import fields
 
-    from .model import ModelSpec, generate
+    from .stack.model import ModelSpec, generate
     spec = ModelSpec(**{f.name: getattr(args, f.name) for f in fields(ModelSpec)})
     print(f"wrote {generate(args.out, spec)}")
 
 
 def _cmd_tier_run(args) -> None:
-    from .tierrun import CROSS_INSTANCE, TierSettings, run_cross_instance, run_tier
+    from .runs.tier_run import CROSS_INSTANCE, TierSettings, run_cross_instance, run_tier
     settings = _settings(TierSettings, args.settings, "--settings")
     if args.tier == CROSS_INSTANCE:
         summary = run_cross_instance(settings, args.run_dir)
@@ -147,21 +147,21 @@ def _settings(cls, text: str, option: str):
 
 
 def _cmd_r1_reads(args) -> None:
-    from .r1probe import ReadSettings, run_reads
+    from .runs.r1 import ReadSettings, run_reads
     run = run_reads(_settings(ReadSettings, args.settings, "--settings"), args.run_dir)
     print(f"R1 reads {run['status']}: {args.run_dir}")
 
 
 def _cmd_r1_resume(args) -> None:
-    from .r1probe import ResumeSettings, run_resume
-    from .tierrun import TierSettings
+    from .runs.r1 import ResumeSettings, run_resume
+    from .runs.tier_run import TierSettings
     run = run_resume(_settings(TierSettings, args.settings, "--settings"),
                      _settings(ResumeSettings, args.resume, "--resume"), args.run_dir)
     print(f"R1 resume {run['status']}: {args.run_dir}")
 
 
 def _cmd_probe(args) -> None:
-    from . import platform_probe
+    from .probes import platform_probe
     paths = {}
     for pair in args.path:
         name, sep, value = pair.partition("=")
@@ -175,7 +175,7 @@ def _cmd_probe(args) -> None:
 def _cmd_lmcache_build(args) -> None:
     from dataclasses import replace
 
-    from . import lmcache_build
+    from .stack import lmcache_build
     pinned = {"version": args.upstream_version, "filename": args.upstream_filename, "sha256": args.upstream_sha256}
     upstream = replace(lmcache_build.Upstream(), **{k: v for k, v in pinned.items() if v})
     wheel = args.upstream_wheel or lmcache_build.fetch(upstream, args.cache_dir)
@@ -185,7 +185,7 @@ def _cmd_lmcache_build(args) -> None:
 
 
 def _cmd_campaign(args) -> None:
-    from .campaign import aggregate
+    from .runs.campaign import aggregate
     tables = aggregate(args.campaign_dir)
     print(tables["attribution"][["tier", "concurrency", "valid", "rule"]].to_string(index=False))
 
@@ -267,7 +267,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="model directory to write")
     from dataclasses import fields as _fields
 
-    from .model import ModelSpec
+    from .stack.model import ModelSpec
     for f in _fields(ModelSpec):
         p.add_argument(f"--{f.name.replace('_', '-')}", dest=f.name, type=type(f.default), default=f.default)
     p.set_defaults(func=_cmd_model)
@@ -277,20 +277,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("tier", help="recompute, engine, dram, local_disk or shared_pool; or cross_instance (R3: "
                    "instance A populates the shared pool, instance B resumes from it)")
     p.add_argument("--run-dir", required=True)
-    p.add_argument("--settings", required=True, help="JSON of kvtier.tierrun.TierSettings")
+    p.add_argument("--settings", required=True, help="JSON of kvtier.runs.tier_run.TierSettings")
     p.set_defaults(func=_cmd_tier_run)
 
     p = sub.add_parser("r1-reads", help="R1 (a) and (b): cold loads of N chunks by one LMCache fs L2 worker, "
                        "upstream vs patched, beside fio's direct reads per queue depth, and checkpoint saves")
     p.add_argument("--run-dir", required=True)
-    p.add_argument("--settings", required=True, help="JSON of kvtier.r1probe.ReadSettings")
+    p.add_argument("--settings", required=True, help="JSON of kvtier.runs.r1.ReadSettings")
     p.set_defaults(func=_cmd_r1_reads)
 
     p = sub.add_parser("r1-resume", help="R1: resume of 12k-token sessions from L2 (a local_disk tier run), then "
                        "the raw read time of their chunk files")
     p.add_argument("--run-dir", required=True)
-    p.add_argument("--settings", required=True, help="JSON of kvtier.tierrun.TierSettings")
-    p.add_argument("--resume", default="{}", help="JSON of kvtier.r1probe.ResumeSettings")
+    p.add_argument("--settings", required=True, help="JSON of kvtier.runs.tier_run.TierSettings")
+    p.add_argument("--resume", default="{}", help="JSON of kvtier.runs.r1.ResumeSettings")
     p.set_defaults(func=_cmd_r1_resume)
 
     p = sub.add_parser("probe", help="record the platform (CPU, memory, NUMA, accelerators, the devices behind "

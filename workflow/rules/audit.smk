@@ -2,6 +2,8 @@
 
 
 rule render_audit:
+    message:
+        "A: every registered claim recomputed from the published readings, with a verdict"
     input:
         notebook="notebooks/audit.ipynb",
         claims=f"{PUBLISHED}/claims.yaml",
@@ -17,15 +19,14 @@ rule render_audit:
         cross_checks_csv=f"{EVIDENCE}/audit/cross_checks.csv",
         manifest=f"{EVIDENCE}/audit/manifest.json",
     params:
-        published=lambda wildcards, input: os.path.dirname(input.claims),
-        out_dir=lambda wildcards, output: os.path.dirname(output.html),
-        inputs=lambda wildcards, input: " ".join(f"--input {path}" for path in input[1:]),
-        flags=RENDER_FLAGS,
+        argv=lambda wildcards, input, output: render_args(
+            "audit", input.notebook, os.path.dirname(output.html),
+            {"claims": input.claims, "published_dir": os.path.dirname(input.claims)},
+            input[1:], **RENDER_OPTIONS,
+        ),
     log:
         "logs/render_audit.log",
     conda:
         "../../environment.yml"
     shell:
-        "kvtier render audit --notebook {input.notebook} --out-dir {params.out_dir} {params.flags}"
-        " --param claims={input.claims} --param published_dir={params.published}"
-        " --param out_dir={params.out_dir} {params.inputs} > {log} 2>&1"
+        "kvtier render {params.argv:q} > {log:q} 2>&1"

@@ -4,10 +4,11 @@ import json
 import os
 import sys
 
-from kvtier import config as kvtier_config
-from kvtier import r1 as kvtier_r1
-from kvtier.catalog import BY_ID as CATALOG
-from kvtier.errors import KvtierError
+from kvtier.core import config as kvtier_config
+from kvtier.evidence import r1 as kvtier_r1
+from kvtier.evidence.render import cli_args as render_args
+from kvtier.evidence.catalog import BY_ID as CATALOG
+from kvtier.core.errors import KvtierError
 
 # Name every layer of the merged config, so the message points at the file that holds the bad key.
 _config_sources = ["config/config.yaml", *map(str, workflow.overwrite_configfiles or [])]
@@ -31,7 +32,7 @@ LMCACHE = config["lmcache"]
 LMCACHE_BUILD = "" if LMCACHE["build"] == "installed" else f"build/lmcache/{LMCACHE['build']}"
 PATCHES = sorted(glob.glob("patches/*.patch")) if LMCACHE["build"] == "patched" else []
 
-# What `kvtier tier-run` needs (kvtier.tierrun.TierSettings), the same for every tier.
+# What `kvtier tier-run` needs (kvtier.runs.tier_run.TierSettings), the same for every tier.
 _SERVER = {("vllm_extra_args" if key == "extra_args" else key): value for key, value in RUNS["server"].items()}
 TIER_SETTINGS = json.dumps({"model_dir": MODEL_DIR, "served_name": MODEL["served_name"], **_SERVER,
                             "lmcache_build": LMCACHE_BUILD, "lmcache_transfer": LMCACHE["transfer"],
@@ -42,7 +43,7 @@ TIER_SETTINGS = json.dumps({"model_dir": MODEL_DIR, "served_name": MODEL["served
 # The campaign's runs: one per tier, and R3's cross-instance run.
 RUN_KINDS = list(RUNS["tiers"]) + (["cross_instance"] if RUNS["cross_instance"] else [])
 
-# R1 (kvtier.r1probe): its reads compare both LMCache builds; its resume runs the configured one.
+# R1 (kvtier.runs.r1): its reads compare both LMCache builds; its resume runs the configured one.
 R1 = config["r1"]
 R1_DIR = f"{CAMPAIGN_DIR}/R1"
 R1_READ_SETTINGS = json.dumps({"pool_path": RUNS["shared_pool_path"], "local_disk_path": RUNS["local_disk_path"],
@@ -60,5 +61,5 @@ ITEMS = (list(config["replay"]["items"]) + (["A"] if config["audit"]["enabled"] 
 FOLDERS = [CATALOG[item].folder for item in ITEMS]
 SOURCES = sorted(glob.glob(f"{PUBLISHED}/sources/*.txt"))
 
-# The `kvtier render` options every notebook rule shares.
-RENDER_FLAGS = f"--cell-timeout-s {RENDER['cell_timeout_s']} --html-template {RENDER['html_template']}"
+# How every notebook is executed (kvtier.evidence.render.cli_args builds a rule's `kvtier render` arguments).
+RENDER_OPTIONS = {key: RENDER[key] for key in ("cell_timeout_s", "html_template")}

@@ -2,17 +2,18 @@
 
 
 rule index:
+    message:
+        "The evidence index and manifest: {output.html}"
     input:
         expand(f"{EVIDENCE}/{{folder}}/manifest.json", folder=FOLDERS),
     output:
         html=f"{EVIDENCE}/index.html",
         manifest=f"{EVIDENCE}/manifest.json",
     params:
-        evidence=lambda wildcards, output: os.path.dirname(output.html),
-        item_flags=" ".join(f"--item {item}" for item in ITEMS),
+        argv=lambda wildcards, output: ["--evidence-dir", os.path.dirname(output.html), *(word for item in ITEMS for word in ("--item", item))],
     log:
         "logs/index.log",
     conda:
         "../../environment.yml"
     shell:
-        "kvtier index --evidence-dir {params.evidence} {params.item_flags} > {log} 2>&1"
+        "kvtier index {params.argv:q} > {log:q} 2>&1"

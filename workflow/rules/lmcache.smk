@@ -2,6 +2,8 @@
 
 
 rule lmcache_build:
+    message:
+        "LMCache build {wildcards.variant}: the pinned upstream wheel{params.with_patches}"
     input:
         patches=lambda wildcards: PATCHES if wildcards.variant == "patched" else [],
     output:
@@ -9,13 +11,15 @@ rule lmcache_build:
     wildcard_constraints:
         variant="patched|upstream",
     params:
-        out=lambda wildcards, output: os.path.dirname(output.record),
-        patch_flags=lambda wildcards, input: " ".join(f"--patch {p}" for p in input.patches),
-        upstream=" ".join(f"--upstream-{key} {value}" for key, value in LMCACHE["upstream"].items()),
+        with_patches=lambda wildcards, input: f" + {len(input.patches)} patch(es)" if input.patches else "",
+        argv=lambda wildcards, input, output: [
+            "--out", os.path.dirname(output.record), "--cache-dir", "build/lmcache/upstream-wheel",
+            *(word for key, value in LMCACHE["upstream"].items() for word in (f"--upstream-{key}", value)),
+            *(word for patch in input.patches for word in ("--patch", patch)),
+        ],
     log:
         "logs/lmcache_build/{variant}.log",
     conda:
         "../../environment.yml"
     shell:
-        "kvtier lmcache-build --out {params.out} --cache-dir build/lmcache/upstream-wheel {params.upstream}"
-        " {params.patch_flags} > {log} 2>&1"
+        "kvtier lmcache-build {params.argv:q} > {log:q} 2>&1"

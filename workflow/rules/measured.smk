@@ -2,6 +2,8 @@
 
 
 rule render_R2_local:
+    message:
+        "R2_local: the tier runs of campaign {params.campaign} in the published R2 table's shape"
     input:
         notebook="notebooks/R2_local.ipynb",
         readings=f"{CAMPAIGN_DIR}/R2_readings.csv",
@@ -14,23 +16,23 @@ rule render_R2_local:
         table=f"{EVIDENCE}/R2_local/R2_local_table.csv",
         manifest=f"{EVIDENCE}/R2_local/manifest.json",
     params:
-        campaign=lambda wildcards, input: os.path.dirname(input.readings),
-        out_dir=lambda wildcards, output: os.path.dirname(output.html),
-        flags=RENDER_FLAGS,
-        png_scale=RENDER["chart_png_scale"],
+        campaign=RUNS["campaign"],
+        argv=lambda wildcards, input, output: render_args(
+            "R2_local", input.notebook, os.path.dirname(output.html),
+            {"campaign_dir": os.path.dirname(input.readings), "chart_png_scale": RENDER["chart_png_scale"]},
+            input[1:], **RENDER_OPTIONS,
+        ),
     log:
         "logs/render_R2_local.log",
     conda:
         "../../environment.yml"
     shell:
-        "kvtier render R2_local --notebook {input.notebook} --out-dir {params.out_dir} {params.flags}"
-        " --param campaign_dir={params.campaign} --param out_dir={params.out_dir}"
-        " --param chart_png_scale={params.png_scale}"
-        " --input {input.readings} --input {input.attribution} --input {input.correctness}"
-        " --input {input.conditions} > {log} 2>&1"
+        "kvtier render {params.argv:q} > {log:q} 2>&1"
 
 
 rule render_R3:
+    message:
+        "R3: instance B resuming from the pool instance A wrote (campaign {params.campaign})"
     input:
         notebook="notebooks/R3.ipynb",
         readings=f"{CAMPAIGN_DIR}/R2_readings.csv",
@@ -43,17 +45,15 @@ rule render_R3:
         table=f"{EVIDENCE}/R3/R3_table.csv",
         manifest=f"{EVIDENCE}/R3/manifest.json",
     params:
-        campaign=lambda wildcards, input: os.path.dirname(input.readings),
-        out_dir=lambda wildcards, output: os.path.dirname(output.html),
-        flags=RENDER_FLAGS,
-        png_scale=RENDER["chart_png_scale"],
+        campaign=RUNS["campaign"],
+        argv=lambda wildcards, input, output: render_args(
+            "R3", input.notebook, os.path.dirname(output.html),
+            {"campaign_dir": os.path.dirname(input.readings), "chart_png_scale": RENDER["chart_png_scale"]},
+            input[1:], **RENDER_OPTIONS,
+        ),
     log:
         "logs/render_R3.log",
     conda:
         "../../environment.yml"
     shell:
-        "kvtier render R3 --notebook {input.notebook} --out-dir {params.out_dir} {params.flags}"
-        " --param campaign_dir={params.campaign} --param out_dir={params.out_dir}"
-        " --param chart_png_scale={params.png_scale}"
-        " --input {input.readings} --input {input.attribution} --input {input.correctness}"
-        " --input {input.conditions} > {log} 2>&1"
+        "kvtier render {params.argv:q} > {log:q} 2>&1"

@@ -2,14 +2,18 @@
 
 
 rule model:
+    message:
+        "The model every tier serves, generated locally: {output.config}"
     output:
         config=f"models/{MODEL['served_name']}/config.json",
     params:
-        out=lambda wildcards, output: os.path.dirname(output.config),
-        flags=" ".join(f"--{key.replace('_', '-')} {value}" for key, value in MODEL["generate"].items()),
+        argv=lambda wildcards, output: [
+            "--out", os.path.dirname(output.config),
+            *(word for key, value in MODEL["generate"].items() for word in (f"--{key.replace('_', '-')}", value)),
+        ],
     log:
         "logs/model.log",
     conda:
         "../../environment.yml"
     shell:
-        "kvtier model --out {params.out} {params.flags} > {log} 2>&1"
+        "kvtier model {params.argv:q} > {log:q} 2>&1"

@@ -3,6 +3,8 @@
 
 
 rule r1_reads:
+    message:
+        "R1 reads: both LMCache builds' cold loads beside fio, and checkpoint saves, into {output.run}"
     input:
         builds=expand("build/lmcache/{variant}/build.json", variant=("upstream", "patched")),
     output:
@@ -16,10 +18,12 @@ rule r1_reads:
     conda:
         "../../environment.yml"
     shell:
-        "kvtier r1-reads --run-dir {output.run} --settings {params.settings:q} > {log} 2>&1"
+        "kvtier r1-reads --run-dir {output.run:q} --settings {params.settings:q} > {log:q} 2>&1"
 
 
 rule r1_resume:
+    message:
+        "R1 resume: 12k-token sessions from L2 beside the raw read of their chunks, into {output.run}"
     input:
         model=f"{MODEL_DIR}/config.json",
         lmcache=[f"{LMCACHE_BUILD}/build.json"] if LMCACHE_BUILD else [],
@@ -35,11 +39,13 @@ rule r1_resume:
     conda:
         "../../environment.yml"
     shell:
-        "kvtier r1-resume --run-dir {output.run} --settings {params.settings:q} --resume {params.resume:q}"
-        " > {log} 2>&1"
+        "kvtier r1-resume --run-dir {output.run:q} --settings {params.settings:q} --resume {params.resume:q}"
+        " > {log:q} 2>&1"
 
 
 rule render_R1:
+    message:
+        "R1: the parallel-read patch against upstream and the device, from {input.reads}"
     input:
         notebook="notebooks/R1.ipynb",
         reads=f"{R1_DIR}/reads",
@@ -51,21 +57,15 @@ rule render_R1:
         targets=f"{EVIDENCE}/R1/R1_targets.csv",
         manifest=f"{EVIDENCE}/R1/manifest.json",
     params:
-        r1_dir=lambda wildcards, input: os.path.dirname(input.reads),
-        published=lambda wildcards, input: os.path.dirname(input.claims),
-        out_dir=lambda wildcards, output: os.path.dirname(output.html),
-        flags=RENDER_FLAGS,
-        png_scale=RENDER["chart_png_scale"],
-        inputs=lambda wildcards, input: " ".join(
-            f"--input {path}"
-            for path in [*(f"{os.path.dirname(input.reads)}/{name}" for name in R1_RAW_FILES), input.claims]
+        argv=lambda wildcards, input, output: render_args(
+            "R1", input.notebook, os.path.dirname(output.html),
+            {"r1_dir": os.path.dirname(input.reads), "published_dir": os.path.dirname(input.claims),
+             "chart_png_scale": RENDER["chart_png_scale"]},
+            [*(f"{os.path.dirname(input.reads)}/{name}" for name in R1_RAW_FILES), input.claims], **RENDER_OPTIONS,
         ),
     log:
         "logs/render_R1.log",
     conda:
         "../../environment.yml"
     shell:
-        "kvtier render R1 --notebook {input.notebook} --out-dir {params.out_dir} {params.flags}"
-        " --param r1_dir={params.r1_dir} --param out_dir={params.out_dir} --param published_dir={params.published}"
-        " --param chart_png_scale={params.png_scale}"
-        " {params.inputs} > {log} 2>&1"
+        "kvtier render {params.argv:q} > {log:q} 2>&1"

@@ -2,6 +2,8 @@
 
 
 rule render_R2:
+    message:
+        "R2: the published tiered cold-resume table regenerated from its readings"
     input:
         notebook="notebooks/R2.ipynb",
         readings=f"{PUBLISHED}/R2_readings.csv",
@@ -17,16 +19,14 @@ rule render_R2:
         svg=f"{EVIDENCE}/R2/R2_chart.svg",
         manifest=f"{EVIDENCE}/R2/manifest.json",
     params:
-        published=lambda wildcards, input: os.path.dirname(input.readings),
-        out_dir=lambda wildcards, output: os.path.dirname(output.html),
-        flags=RENDER_FLAGS,
-        png_scale=RENDER["chart_png_scale"],
+        argv=lambda wildcards, input, output: render_args(
+            "R2", input.notebook, os.path.dirname(output.html),
+            {"published_dir": os.path.dirname(input.readings), "chart_png_scale": RENDER["chart_png_scale"]},
+            [input.readings, input.conditions, input.provenance], **RENDER_OPTIONS,
+        ),
     log:
         "logs/render_R2.log",
     conda:
         "../../environment.yml"
     shell:
-        "kvtier render R2 --notebook {input.notebook} --out-dir {params.out_dir} {params.flags}"
-        " --param published_dir={params.published} --param out_dir={params.out_dir}"
-        " --param chart_png_scale={params.png_scale}"
-        " --input {input.readings} --input {input.conditions} --input {input.provenance} > {log} 2>&1"
+        "kvtier render {params.argv:q} > {log:q} 2>&1"

@@ -1,9 +1,11 @@
-# Measured tiered cold-resume runs: one rule per tier (and R3's cross-instance run) (servers started, measured, stopped), then the campaign's
-# tables. Measurements never overlap on one host: each holds the whole `measurement` resource (limit 1 in
-# workflow/profiles/default).
+# Measured tiered cold-resume runs: one rule per tier (and R3's cross-instance run) (servers started, measured,
+# stopped), then the campaign's tables. Measurements never overlap on one host: each holds the whole
+# `measurement` resource (limit 1 in workflow/profiles/default).
 
 
 rule tier_run:
+    message:
+        "Tier run {wildcards.tier}: real vLLM (+ LMCache), the cold-resume protocol, into {output.run}"
     input:
         model=f"{MODEL_DIR}/config.json",
         lmcache=[f"{LMCACHE_BUILD}/build.json"] if LMCACHE_BUILD else [],
@@ -20,10 +22,12 @@ rule tier_run:
     conda:
         "../../environment.yml"
     shell:
-        "kvtier tier-run {wildcards.tier} --run-dir {output.run} --settings {params.settings:q} > {log} 2>&1"
+        "kvtier tier-run {wildcards.tier:q} --run-dir {output.run:q} --settings {params.settings:q} > {log:q} 2>&1"
 
 
 rule campaign:
+    message:
+        "Campaign {params.campaign}: readings, attribution and correctness from its tier runs"
     input:
         runs=expand(f"{CAMPAIGN_DIR}/{{tier}}", tier=RUN_KINDS),
     output:
@@ -32,10 +36,11 @@ rule campaign:
         correctness=f"{CAMPAIGN_DIR}/correctness.csv",
         conditions=f"{CAMPAIGN_DIR}/conditions.json",
     params:
-        campaign=lambda wildcards, output: os.path.dirname(output.readings),
+        campaign=RUNS["campaign"],
+        campaign_dir=lambda wildcards, output: os.path.dirname(output.readings),
     log:
         f"logs/campaign/{RUNS['campaign']}.log",
     conda:
         "../../environment.yml"
     shell:
-        "kvtier campaign {params.campaign} > {log} 2>&1"
+        "kvtier campaign {params.campaign_dir:q} > {log:q} 2>&1"

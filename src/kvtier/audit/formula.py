@@ -23,7 +23,7 @@ import operator
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..tiers import TIERS
+from ..core.tiers import TIERS
 
 _BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
 _CMPOPS = {ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge,

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import jsonschema
 
-from ..config import load_yaml
-from ..errors import KvtierError
-from ..hashing import sha256_file
-from ..paths import schema_path
-from ..published import PUBLISHED_TABLES
+from ..core.config import load_yaml
+from ..core.errors import KvtierError
+from ..core.hashing import sha256_file
+from ..core.paths import schema_path
+from ..evidence.published import PUBLISHED_TABLES
 from .formula import Formula, FormulaError, TableShape, parse
 
 SOURCES_DIR = "sources"

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..atomic import write_text
-from ..evidence_io import write_table
+from ..core.atomic import write_text
+from ..core.table_io import write_table
 from .crosschecks import CrossCheck
 from .verdicts import VERDICTS, ClaimResult
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..published import PUBLISHED_TABLES, load_table
+from ..evidence.published import PUBLISHED_TABLES, load_table
 from .formula import Ref, Unpublished, evaluate, labelled_values
 from .ledger import Claim, Definition, Ledger
 from .rules import Comparison, compare

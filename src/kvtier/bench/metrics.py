@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import math
 import re
-import urllib.request
+
+from ..core import web
 
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
 COUNTER_SUFFIXES = ("_total", "_count", "_sum", "_bucket")
@@ -13,8 +14,7 @@ TTFT_HISTOGRAM = "vllm:time_to_first_token_seconds"
 
 
 def fetch(url: str, timeout_s: float = 10.0) -> str:
-    with urllib.request.urlopen(url, timeout=timeout_s) as response:
-        return response.read().decode("utf-8", "replace")
+    return web.get_text(url, timeout_s)
 
 
 def parse(text: str) -> dict[str, float]:

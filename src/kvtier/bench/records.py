@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from ..errors import KvtierError
+from ..core.errors import KvtierError
 
 try:
     import msgspec

@@ -21,18 +21,17 @@ import platform
 import signal
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
 from .. import __version__
-from ..atomic import write_text
-from ..config import load_yaml
-from ..errors import KvtierError
-from ..paths import schema_path
-from ..vcs import git_revision
+from ..core import web
+from ..core.atomic import write_text
+from ..core.config import load_yaml
+from ..core.errors import KvtierError
+from ..core.paths import schema_path
+from ..core.vcs import git_revision
 from . import backend, metrics, scheduler, summary, workloads
 from .http import Endpoint
 from .progress import Progress
@@ -106,18 +105,13 @@ class Phase:
 # ------------------------------------------------------------------------------------------------------------
 # The server
 
-def _get_json(url: str, timeout_s: float) -> dict:
-    with urllib.request.urlopen(url, timeout=timeout_s) as response:
-        return json.loads(response.read())
-
-
 def preflight(cfg: BenchConfig, timeout_s: float = 10.0, base_url: str | None = None) -> dict:
     """Refuse to start against a server that is down or does not serve the model, naming what is wrong."""
     base_url = base_url or cfg.base_url
     url = f"{base_url.rstrip('/')}/v1/models"
     try:
-        models = _get_json(url, timeout_s)
-    except (urllib.error.URLError, OSError, ValueError) as exc:
+        models = web.get_json(url, timeout_s)
+    except web.ERRORS as exc:
         raise KvtierError(f"server {base_url} is not reachable ({url}: {getattr(exc, 'reason', exc)})") from None
     served = [m.get("id") for m in models.get("data", [])]
     if cfg.model not in served:
@@ -127,11 +121,9 @@ def preflight(cfg: BenchConfig, timeout_s: float = 10.0, base_url: str | None = 
 
 def reset_prefix_cache(base_url: str) -> None:
     """Empty vLLM's prefix cache (POST /reset_prefix_cache, exposed with VLLM_SERVER_DEV_MODE=1)."""
-    request = urllib.request.Request(f"{base_url.rstrip('/')}/reset_prefix_cache", method="POST")
     try:
-        with urllib.request.urlopen(request, timeout=60) as response:
-            body = response.read()
-    except (urllib.error.URLError, OSError) as exc:
+        body = web.request(f"{base_url.rstrip('/')}/reset_prefix_cache", method="POST", timeout_s=60)
+    except OSError as exc:
         raise KvtierError(f"evict: POST /reset_prefix_cache failed ({exc}); vLLM exposes it only with "
                           "VLLM_SERVER_DEV_MODE=1") from None
     try:
@@ -212,7 +204,7 @@ def _snapshot(cfg: BenchConfig, run_dir: Path, window: str, when: str) -> dict[s
         try:
             write_text(path, metrics.fetch(url))
             saved[source] = path.relative_to(run_dir).as_posix()
-        except (urllib.error.URLError, OSError) as exc:
+        except OSError as exc:
             saved[source] = f"unavailable: {exc}"
     return saved
 

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import random
 import urllib.error
-import urllib.request
 
-from ..errors import KvtierError
+from ..core import web
+from ..core.errors import KvtierError
 
 SYLLABLES = ("ka", "lo", "mi", "ren", "sa", "tu", "vel", "no", "qui", "dor", "pa", "zen", "ri", "fo", "gal",
              "be", "wyn", "ix", "ol", "tam")
@@ -25,14 +24,11 @@ class ServerTokenizer:
         self.base_url, self.model, self.timeout_s = base_url.rstrip("/"), model, timeout_s
 
     def _post(self, path: str, payload: dict) -> dict:
-        request = urllib.request.Request(f"{self.base_url}{path}", data=json.dumps(payload).encode(),
-                                         headers={"Content-Type": "application/json"})
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-                return json.loads(response.read())
+            return web.post_json(f"{self.base_url}{path}", payload, timeout_s=self.timeout_s)
         except urllib.error.HTTPError as exc:
             raise KvtierError(f"{self.base_url}{path}: HTTP {exc.code}: {exc.read()[:300]!r}") from None
-        except (urllib.error.URLError, OSError) as exc:
+        except web.ERRORS as exc:
             raise KvtierError(f"{self.base_url}{path}: {exc}") from None
 
     def encode(self, text: str) -> list[int]:

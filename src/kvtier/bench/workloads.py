@@ -12,7 +12,7 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import KvtierError
+from ..core.errors import KvtierError
 from .tokens import sequence
 
 TRACE_BLOCK_TOKENS = 512  # Mooncake's hash_ids name 512-token prefix blocks

@@ -1,0 +1,87 @@
+"""Load the workflow config and validate it against workflow/schemas/config.schema.yaml.
+
+Validation fills defaults from the schema and refuses unknown keys, wrong types and out-of-range values with a
+message that names the key and the value, so a typo never silently falls back to a default.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+from .errors import KvtierError
+from .paths import schema_path
+
+
+def load_yaml(path: str | os.PathLike) -> Any:
+    path = Path(path)
+    try:
+        with open(path, encoding="utf-8") as f:
+            return yaml.safe_load(f)
+    except FileNotFoundError:
+        raise KvtierError(f"{path}: file not found") from None
+    except yaml.YAMLError as exc:
+        raise KvtierError(f"{path}: not valid YAML: {exc}") from None
+
+
+def _extend_with_defaults(validator_class):
+    """jsonschema's documented recipe: set each property's `default` before validating the object."""
+    validate_properties = validator_class.VALIDATORS["properties"]
+
+    def set_defaults(validator, properties, instance, schema):
+        if isinstance(instance, dict):
+            for name, subschema in properties.items():
+                if "default" in subschema and name not in instance:
+                    instance[name] = _copy(subschema["default"])
+        yield from validate_properties(validator, properties, instance, schema)
+
+    return jsonschema.validators.extend(validator_class, {"properties": set_defaults})
+
+
+def _copy(value):
+    return yaml.safe_load(yaml.safe_dump(value))
+
+
+_DefaultingValidator = _extend_with_defaults(jsonschema.Draft202012Validator)
+
+
+def _key_of(error: jsonschema.ValidationError) -> str:
+    return ".".join(str(p) for p in error.absolute_path) or "(top level)"
+
+
+def _describe(error: jsonschema.ValidationError) -> str:
+    key = _key_of(error)
+    if error.validator == "additionalProperties":
+        allowed = sorted(error.schema.get("properties", {}))
+        unknown = sorted(set(error.instance) - set(allowed))
+        where = f"under '{key}'" if error.absolute_path else "at the top level"
+        return (f"unknown key {', '.join(repr(u) for u in unknown)} {where} "
+                f"(allowed: {', '.join(allowed)})")
+    if error.validator == "type":
+        return f"key '{key}' = {error.instance!r}: must be of type {error.validator_value}"
+    if error.validator == "required":
+        return f"key '{key}': {error.message}"
+    if error.validator == "pattern" and "x-refused" in error.schema:  # the schema says why, in words
+        return f"key '{key}' = {error.instance!r}: {error.schema['x-refused']}"
+    return f"key '{key}' = {error.instance!r}: {error.message}"
+
+
+def validate(config: dict, source: str = "config", schema_file: str | os.PathLike | None = None) -> dict:
+    """Validate `config` in place (filling defaults) and return it; raise KvtierError naming every problem."""
+    if not isinstance(config, dict):
+        raise KvtierError(f"{source}: the config must be a mapping of keys to values, got {type(config).__name__}")
+    schema = load_yaml(schema_file or schema_path("config"))
+    validator = _DefaultingValidator(schema)
+    errors = sorted(validator.iter_errors(config), key=lambda e: (list(map(str, e.absolute_path)), e.message))
+    if errors:
+        lines = "\n".join(f"  - {_describe(e)}" for e in errors)
+        raise KvtierError(f"{source}: invalid config:\n{lines}")
+    return config
+
+
+def load(path: str | os.PathLike) -> dict:
+    return validate(load_yaml(path) or {}, source=str(path))

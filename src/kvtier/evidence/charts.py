@@ -1,0 +1,82 @@
+"""Charts of tier x concurrency readings (altair), exported to PNG and SVG with vl-convert."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import altair as alt
+import pandas as pd
+
+from ..core.atomic import atomic_path
+from ..core.tiers import LABELS, TIERS
+from .tables import METRICS
+
+METRIC_TITLES = {"ttft_p50_s": "TTFT p50 (s, log scale)", "output_tok_s": "output tok/s"}
+
+
+def tier_chart(readings: pd.DataFrame, title: str) -> alt.HConcatChart:
+    """TTFT p50 and output tok/s by concurrency, one series per tier; unmeasured cells are left out, not zeroed."""
+    long = readings.melt(id_vars=["tier", "concurrency"], value_vars=list(METRICS),
+                         var_name="metric", value_name="value").dropna(subset=["value"])
+    long["tier_label"] = long["tier"].map(LABELS)
+    tier_order = [LABELS[t] for t in TIERS if t in set(long["tier"])]
+    panels = []
+    for metric in METRICS:
+        scale = alt.Scale(type="log") if metric == "ttft_p50_s" else alt.Scale(zero=True)
+        panels.append(
+            alt.Chart(long[long["metric"] == metric], title=METRIC_TITLES[metric])
+            .mark_line(point=alt.OverlayMarkDef(size=60))
+            .encode(
+                x=alt.X("concurrency:O", title="concurrency", axis=alt.Axis(labelAngle=0)),
+                y=alt.Y("value:Q", title=METRIC_TITLES[metric], scale=scale),
+                color=alt.Color("tier_label:N", title="tier", sort=tier_order),
+                tooltip=["tier", "concurrency", alt.Tooltip("value:Q", title=metric)],
+            )
+            .properties(width=260, height=220)
+        )
+    return alt.hconcat(*panels, title=title).configure_axis(labelFontSize=11, titleFontSize=12)
+
+
+def save_chart(chart: alt.TopLevelMixin, stem: str | os.PathLike, png_scale: float = 2.0) -> list[Path]:
+    """Write `<stem>.png` and `<stem>.svg` atomically; return both paths."""
+    written = []
+    for fmt in ("png", "svg"):
+        final = Path(f"{stem}.{fmt}")
+        with atomic_path(final) as tmp:
+            kwargs = {"scale_factor": png_scale} if fmt == "png" else {}
+            chart.save(str(tmp), format=fmt, **kwargs)
+        written.append(final)
+    return written
+
+
+def to_svg(chart: alt.TopLevelMixin) -> str:
+    """The chart as SVG text, for showing it inline in a self-contained page (no JavaScript, no network)."""
+    import vl_convert
+    return vl_convert.vegalite_to_svg(chart.to_json())
+
+
+def r1_chart(coldread: pd.DataFrame, fio: pd.DataFrame) -> alt.LayerChart:
+    """R1: cold-read GB/s of one LMCache worker, patched at each load bound and upstream (one key at a time), beside
+    fio's direct reads at the same queue depth (median bars, min-max whiskers over the rounds)."""
+    rows = [{"depth": int(r.iodepth), "reader": "fio direct read (device limit)", "median": r.gb_per_s_median,
+             "low": r.gb_per_s_min, "high": r.gb_per_s_max} for r in fio.itertuples()]
+    rows += [{"depth": 1 if r.build == "upstream" else int(r.load_concurrency),
+              "reader": "LMCache upstream (one key at a time)" if r.build == "upstream"
+              else "LMCache patched (load bound = depth)", "median": r.gb_per_s_median, "low": r.gb_per_s_min,
+              "high": r.gb_per_s_max} for r in coldread.itertuples()]
+    frame = pd.DataFrame(rows)
+    readers = ["fio direct read (device limit)", "LMCache patched (load bound = depth)",
+               "LMCache upstream (one key at a time)"]
+    base = alt.Chart(frame, title="R1 (measured here): cold-read bandwidth, one worker vs the device")
+    x = alt.X("depth:O", title="queue depth (fio) / load bound (patched)", axis=alt.Axis(labelAngle=0))
+    offset = alt.XOffset("reader:N", sort=readers)
+    bars = base.mark_bar().encode(
+        x=x, xOffset=offset,
+        y=alt.Y("median:Q", title="GB/s (median over rounds)", scale=alt.Scale(zero=True)),
+        color=alt.Color("reader:N", sort=readers, title=None,
+                        legend=alt.Legend(orient="bottom", columns=1, labelLimit=0)),
+        tooltip=["reader", "depth", alt.Tooltip("median:Q", format=".3f"), alt.Tooltip("low:Q", format=".3f"),
+                 alt.Tooltip("high:Q", format=".3f")])
+    whiskers = base.mark_rule().encode(x=x, xOffset=offset, y="low:Q", y2="high:Q")
+    return (bars + whiskers).properties(width=460, height=240).configure_axis(labelFontSize=11, titleFontSize=12)

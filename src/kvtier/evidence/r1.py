@@ -1,0 +1,298 @@
+"""R1: the parallel-read patch and checkpoint saves, measured here (raw_data/runs/<campaign>/R1/).
+
+From the raw records of kvtier.runs.r1: cold-read bandwidth of one LMCache fs L2 worker per build (upstream,
+patched) beside fio's direct-read bandwidth per queue depth on the same directory (the device limit), the
+checkpoint-save write bandwidth per target and writer, and the resume of 12k-token sessions from L2 against the
+raw read time of their chunk files. Every ratio is taken between figures of one run; a figure is the median over
+the run's rounds. The published R1 figures (a MI308X node and a network flash pool) are context, not a target.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from ..bench.records import read_records
+from ..bench.runner import RUN_FILE
+from ..core.errors import KvtierError
+from ..core.table_io import write_table
+from ..probes import platform_probe
+from ..probes.ckptsave import CheckpointSpec
+from ..probes.platform_probe import PLATFORM_FILE
+from ..runs.campaign import attribution
+from ..runs.r1 import BUILDS, CHECKPOINT_FILE, COLDREAD_FILE, ENGINE_HIT_RUN, FIO_FILE, RAWREAD_FILE, RESUME_RUN
+from .conditions import platform_lines
+
+# A device "rewards parallelism" when fio's best queue depth reads at least this much faster than depth 1.
+PARALLEL_GAIN = 1.5
+PATCHED_VS_DEVICE = 0.8  # patched >= 0.8 x fio at its best queue depth
+PATCHED_VS_UPSTREAM = 2.0  # on a device that rewards parallelism; else patched >= upstream
+RESUME_VS_RAW = 2.0  # resume TTFT of a session <= 2 x the raw read time of its chunk files
+OUTPUT_FILES = {"coldread": "R1_coldread.csv", "fio": "R1_fio.csv", "matching": "R1_matching.csv",
+                "targets": "R1_targets.csv",
+                "checkpoint": "R1_checkpoint.csv", "resume": "R1_resume.csv", "chart": "R1_chart"}
+# The raw files of an R1 directory that the page reads, relative to it.
+RAW_FILES = [f"reads/{name}" for name in (RUN_FILE, PLATFORM_FILE, COLDREAD_FILE, FIO_FILE, CHECKPOINT_FILE)] + [
+    f"resume/{name}" for name in (RUN_FILE, RAWREAD_FILE, f"{RESUME_RUN}/summary.json",
+                                  f"{RESUME_RUN}/requests.jsonl", f"{RESUME_RUN}/server_logs/lmcache.log",
+                                  f"{ENGINE_HIT_RUN}/summary.json", f"{ENGINE_HIT_RUN}/requests.jsonl")]
+_RETRIEVED = re.compile(r"Retrieved (\d+) tokens in ([0-9.]+) s")
+_PREFETCHED = re.compile(r"Prefetch request completed \(L1\+L2\): (\d+)/(\d+) retained keys "
+                         r"\((\d+) L1, (\d+) L2\) in ([0-9.]+) ms")
+
+
+@dataclass(frozen=True)
+class Measured:
+    coldread_rounds: pd.DataFrame  # one row per build x round
+    fio_rounds: pd.DataFrame  # one row per queue depth x round
+    coldread: pd.DataFrame  # per build x load bound: median / min / max GB/s
+    fio: pd.DataFrame  # per queue depth
+    matching: pd.DataFrame  # the patched worker at each bound beside fio at the same depth
+    checkpoint: pd.DataFrame  # per target x writer
+    resume: pd.DataFrame | None  # per session resumed, with the raw read time per session
+    targets: pd.DataFrame  # one row per target: figure, threshold, met
+    conditions: dict
+
+
+def _frame(path: Path, required: tuple[str, ...], made_by: str = "kvtier r1-reads") -> pd.DataFrame:
+    if not path.is_file():
+        raise KvtierError(f"{path}: missing (made by `{made_by}`)")
+    frame = pd.DataFrame(list(read_records(path)))
+    missing = [c for c in required if c not in frame.columns]
+    if frame.empty or missing:
+        raise KvtierError(f"{path}: no records" if frame.empty else f"{path}: records lack {missing}")
+    return frame
+
+
+def _spread(frame: pd.DataFrame, by: list[str]) -> pd.DataFrame:
+    grouped = frame.groupby(by, sort=False)["gb_per_s"]
+    return pd.DataFrame({"rounds": grouped.count(), "gb_per_s_median": grouped.median(),
+                         "gb_per_s_min": grouped.min(), "gb_per_s_max": grouped.max()}).reset_index()
+
+
+def _complete(run_dir: Path) -> dict:
+    path = run_dir / RUN_FILE
+    if not path.is_file():
+        raise KvtierError(f"{path}: missing")
+    run = json.loads(path.read_text())
+    if run.get("status") != "complete":
+        raise KvtierError(f"{path}: the run is {run.get('status')!r}, not complete ({run.get('error')})")
+    return run
+
+
+def retrieve_lines(log: Path) -> dict:
+    """LMCache's own timings of the L2 prefetches and of the retrieves into the engine, from its log."""
+    text = log.read_text(errors="replace") if log.is_file() else ""
+    retrieved = [(int(n), float(s)) for n, s in _RETRIEVED.findall(text) if int(n)]
+    prefetched = [(int(l2), float(ms) / 1000) for _, _, _, l2, ms in _PREFETCHED.findall(text) if int(l2)]
+    return {"retrieved": retrieved, "prefetched_l2": prefetched}
+
+
+def _resumed(run_dir: Path, tier: str) -> tuple[dict, list[dict]]:
+    """The attribution of a tier run's one resume window, and its completed resume records in send order."""
+    path = run_dir / "summary.json"
+    if not path.is_file():
+        raise KvtierError(f"{path}: missing (made by `kvtier r1-resume`)")
+    windows = [w for w in json.loads(path.read_text())["windows"] if w["kind"] == "resume"]
+    if len(windows) != 1:
+        raise KvtierError(f"{run_dir}: expected one resume window, found {len(windows)}")
+    window = windows[0]
+    records = [r for r in read_records(run_dir / "requests.jsonl")
+               if r["phase"] == window["window"] and r["error"] is None and r["first_token_ns"]]
+    if not records:
+        raise KvtierError(f"{run_dir}: no completed request in window {window['window']}")
+    return attribution(tier, window), sorted(records, key=lambda r: r["send_ns"])
+
+
+def _ttft(record: dict) -> float:
+    return (record["first_token_ns"] - record["send_ns"]) / 1e9
+
+
+def load_resume(resume_dir: Path) -> pd.DataFrame:
+    """Per session resumed from L2: its TTFT, the raw read time of its share of the chunk files, and the TTFT of
+    the same session resumed from vLLM's own prefix cache (the engine-hit floor, no storage involved)."""
+    _complete(resume_dir)
+    run_dir = resume_dir / RESUME_RUN
+    row, records = _resumed(run_dir, "local_disk")
+    floor_row, floor_records = _resumed(resume_dir / ENGINE_HIT_RUN, "engine")
+    if not floor_row["valid"]:
+        raise KvtierError(f"{resume_dir / ENGINE_HIT_RUN}: the sessions did not resume from vLLM's prefix cache "
+                          f"({floor_row['local_cache_hit']:g} of {floor_row['prompt_tokens']} prompt tokens hit); "
+                          "raise runs.engine_kv_gib so that the engine holds every resumed session")
+    floor = {r["labels"]["session"]: _ttft(r) for r in floor_records}
+    raw = _frame(resume_dir / RAWREAD_FILE, ("seconds", "files", "bytes"), "kvtier r1-resume")
+    sessions = len(records)
+    raw_s = float(raw["seconds"].median()) / sessions  # every session is the same length: equal shares
+    logs = retrieve_lines(run_dir / "server_logs" / "lmcache.log")
+    rows = []
+    for record in records:
+        ttft, engine_hit = _ttft(record), floor.get(record["labels"]["session"])
+        rows.append({"request_id": record["request_id"], "prompt_tokens": record["prompt_tokens"],
+                     "ttft_s": ttft, "raw_read_s": raw_s, "ttft_over_raw_read": ttft / raw_s,
+                     "engine_hit_ttft_s": engine_hit,
+                     "beyond_engine_hit_over_raw_read": None if engine_hit is None else (ttft - engine_hit) / raw_s,
+                     "chunk_bytes": int(raw["bytes"].iloc[0]) / sessions,
+                     "window_l2_hit_tokens": row["l2_hit_tokens"], "window_valid": row["valid"]})
+    frame = pd.DataFrame(rows)
+    retrieved = [s for n, s in logs["retrieved"]][-sessions:]
+    prefetched = [s for _, s in logs["prefetched_l2"]][-sessions:]
+    frame["lmcache_prefetch_l2_s"] = prefetched if len(prefetched) == sessions else None
+    frame["lmcache_retrieve_s"] = retrieved if len(retrieved) == sessions else None
+    return frame
+
+
+def _target(name: str, figure: float | None, threshold: float, met: bool | None, detail: str) -> dict:
+    return {"target": name, "figure": figure, "threshold": threshold, "met": met, "detail": detail}
+
+
+def _by_bound(coldread: pd.DataFrame) -> pd.Series:
+    """The patched worker's median GB/s per load bound."""
+    return coldread[coldread["build"] == "patched"].set_index("load_concurrency")["gb_per_s_median"]
+
+
+def matching(coldread: pd.DataFrame, fio: pd.DataFrame) -> pd.DataFrame:
+    """The patched worker at each load bound beside fio at the same queue depth (medians over the rounds)."""
+    patched = _by_bound(coldread)
+    rows = [{"depth": int(depth), "fio_gb_per_s": float(limit), "patched_gb_per_s": float(patched[depth]),
+             "patched_over_fio": float(patched[depth] / limit)}
+            for depth, limit in fio.set_index("iodepth")["gb_per_s_median"].items() if depth in patched.index]
+    return pd.DataFrame(rows, columns=["depth", "fio_gb_per_s", "patched_gb_per_s", "patched_over_fio"])
+
+
+def targets(coldread: pd.DataFrame, fio: pd.DataFrame, resume: pd.DataFrame | None,
+            load_concurrency: int) -> tuple[pd.DataFrame, bool]:
+    by_depth = fio.set_index("iodepth")["gb_per_s_median"]
+    by_bound = _by_bound(coldread)
+    best_depth, best_bound = int(by_depth.idxmax()), int(by_bound.idxmax())
+    rewards = bool(by_depth.max() >= PARALLEL_GAIN * by_depth.get(1, by_depth.iloc[0]))
+    patched = float(by_bound.max())
+    upstream = float(coldread.loc[coldread["build"] == "upstream", "gb_per_s_median"].iloc[0])
+    gain = patched / upstream
+    rows = [
+        _target("patched at its best load bound / fio at its best queue depth", patched / by_depth.max(),
+                PATCHED_VS_DEVICE, patched >= PATCHED_VS_DEVICE * by_depth.max(),
+                f"patched {patched:.3f} GB/s at load bound {best_bound}; fio best {by_depth.max():.3f} GB/s at "
+                f"depth {best_depth}"),
+        _target("patched at its best load bound / upstream"
+                + ("" if rewards else " (device does not reward parallelism)"), gain,
+                PATCHED_VS_UPSTREAM if rewards else 1.0, gain >= (PATCHED_VS_UPSTREAM if rewards else 1.0),
+                f"patched {patched:.3f} vs upstream {upstream:.3f} GB/s; fio best depth / depth 1 = "
+                f"{by_depth.max() / by_depth.get(1, by_depth.iloc[0]):.2f} (rewards parallelism at ≥ "
+                f"{PARALLEL_GAIN})"),
+    ]
+    if load_concurrency in by_depth.index and load_concurrency in by_bound.index:
+        configured = float(by_bound[load_concurrency])
+        rows.append(_target(f"patched at the configured bound {load_concurrency} / fio at depth {load_concurrency}",
+                            configured / by_depth[load_concurrency], PATCHED_VS_DEVICE,
+                            configured >= PATCHED_VS_DEVICE * by_depth[load_concurrency],
+                            f"patched {configured:.3f} GB/s; fio {by_depth[load_concurrency]:.3f} GB/s at depth "
+                            f"{load_concurrency}"))
+    if resume is not None:
+        ttft, raw = float(resume["ttft_s"].median()), float(resume["raw_read_s"].median())
+        floor = float(resume["engine_hit_ttft_s"].median())
+        rows.append(_target("resume TTFT / raw read time of its chunk files", ttft / raw, RESUME_VS_RAW,
+                            ttft / raw <= RESUME_VS_RAW,
+                            f"TTFT p50 {ttft:.3f} s for {int(resume['prompt_tokens'].median())} prompt tokens over "
+                            f"{len(resume)} sessions; raw read {raw:.4f} s of "
+                            f"{resume['chunk_bytes'].median() / 2**20:.1f} MiB; the same sessions from vLLM's prefix "
+                            f"cache take {floor:.3f} s ({floor / raw:.2f}× the raw read), so the L2 resume costs "
+                            f"{(ttft - floor) / raw:.2f}× the raw read beyond that floor"))
+    return pd.DataFrame(rows), rewards
+
+
+def load(r1_dir: str | os.PathLike) -> Measured:
+    r1_dir = Path(r1_dir)
+    reads_dir = r1_dir / "reads"
+    run = _complete(reads_dir)
+    coldread_rounds = _frame(reads_dir / COLDREAD_FILE, ("round", "build", "load_concurrency", "gb_per_s",
+                                                         "resident_bytes_before"))
+    fio_rounds = _frame(reads_dir / FIO_FILE, ("round", "iodepth", "gb_per_s"))
+    checkpoint_rounds = _frame(reads_dir / CHECKPOINT_FILE, ("round", "target", "writer", "gb_per_s"))
+    missing = {"upstream", "patched"} - set(coldread_rounds["build"])
+    if missing:
+        raise KvtierError(f"{reads_dir / COLDREAD_FILE}: no records of build(s) {sorted(missing)}")
+    keys = ["build", "load_concurrency"]
+    extra = coldread_rounds.groupby(keys, as_index=False).agg(
+        version=("lmcache_version", "first"), resident_bytes_before_max=("resident_bytes_before", "max"))
+    coldread = _spread(coldread_rounds, keys).merge(extra, on=keys).sort_values(
+        keys, key=lambda column: column.map(BUILDS.index) if column.name == "build" else column, ignore_index=True)
+    fio = _spread(fio_rounds, ["iodepth"]).sort_values("iodepth").reset_index(drop=True)
+    checkpoint = _spread(checkpoint_rounds, ["target", "writer"])
+    resume_dir = r1_dir / "resume"
+    resume = load_resume(resume_dir) if (resume_dir / RUN_FILE).is_file() else None
+    settings = run["settings"]
+    table, rewards = targets(coldread, fio, resume, settings["load_concurrency"])
+    platform = platform_probe.read(reads_dir / PLATFORM_FILE)
+    conditions = {"chunks": settings["chunks"], "chunk_mib": settings["chunk_mib"],
+                  "load_concurrency": settings["load_concurrency"], "rounds": settings["rounds"],
+                  "load_bounds": [int(bound) for bound in _by_bound(coldread).index],
+                  "queue_depths": settings["queue_depths"], "page_cache": run["page_cache"], "fio": run["fio"],
+                  "lmcache_versions": run["lmcache_versions"], "checkpoint_spec": run["checkpoint_spec"],
+                  "device_rewards_parallelism": rewards, "platform": platform,
+                  "platform_file": f"reads/{PLATFORM_FILE}",
+                  "same_device": platform["storage"]["local_disk"]["st_dev"]
+                  == platform["storage"]["shared_pool"]["st_dev"]}
+    return Measured(coldread_rounds, fio_rounds, coldread, fio, matching(coldread, fio), checkpoint, resume, table,
+                    conditions)
+
+
+def conditions_markdown(conditions: dict) -> str:
+    """The conditions printed above the R1 tables: what was read and written, how, and on what (the run's
+    platform record)."""
+    c, p = conditions, conditions["platform"]
+    spec = CheckpointSpec(**c["checkpoint_spec"])
+    storage = p["storage"]
+    versions = ", ".join(f"{build} `{version}`" for build, version in c["lmcache_versions"].items())
+    lines = [
+        f"- **Cold reads**: {c['chunks']} chunk files × {c['chunk_mib']:g} MiB per load, one worker; the patched "
+        f"build at load bounds {', '.join(map(str, c['load_bounds']))} (configured: {c['load_concurrency']}), "
+        f"upstream one key at a time; {c['rounds']} rounds; page cache defeated by {c['page_cache']} in every load",
+        f"- **LMCache builds**: {versions}",
+        f"- **Device limit**: {c['fio']}, O_DIRECT sequential read (libaio) of a file of the same size, block = "
+        f"chunk size, queue depths {', '.join(map(str, c['queue_depths']))}",
+        f"- **Checkpoint**: LoRA rank {spec.rank} on every projection of {spec.layers} layers (hidden {spec.hidden}, "
+        f"MLP {spec.intermediate}, K/V {spec.kv_dim}), {spec.dtype}: {spec.parameters() / 1e6:.0f} M parameters, "
+        f"{spec.bytes() / 1e6:.0f} MB in {spec.shards} safetensors shards, fsync per shard",
+        *platform_lines(p, {"pool (cold reads, fio, checkpoint)": storage["shared_pool"],
+                            "local disk (checkpoint)": storage["local_disk"]}, c["same_device"]),
+        f"- **Platform record**: `{c['platform_file']}`",
+    ]
+    return "\n".join(lines)
+
+
+def published_context(claims) -> pd.DataFrame:
+    """The report's R1 figures (claims ledger), to show beside the measured ones."""
+    rows = [{"claim": c.id, "figure": c.claimed, "unit": c.quantity.get("unit"),
+             "what": c.quantity.get("metric", "").replace("_", " ")
+             + (f" ({c.quantity['conditions']})" if c.quantity.get("conditions") else ""), "quote": c.quote}
+            for c in claims.claims if "R1" in c.evidence]
+    return pd.DataFrame(rows)
+
+
+def targets_text(measured: Measured) -> str:
+    lines = []
+    for row in measured.targets.itertuples():
+        verdict = "MET" if row.met else "NOT MET"
+        sign = "≤" if "resume" in row.target else "≥"
+        lines.append(f"{verdict}: {row.target} = {row.figure:.2f} (target {sign} {row.threshold:g}); {row.detail}")
+    if not measured.conditions["device_rewards_parallelism"]:
+        lines.append("This device does not reward parallel reads (fio's best queue depth is less than "
+                     f"{PARALLEL_GAIN}× depth 1), so the 2× gain over upstream cannot show here; the target is "
+                     "patched ≥ upstream.")
+    return "\n".join(lines)
+
+
+def write_evidence(measured: Measured, out_dir: str | os.PathLike, png_scale: float = 2.0) -> list[Path]:
+    from .charts import r1_chart, save_chart  # altair: loaded only to draw
+    out_dir = Path(out_dir)
+    written = [write_table(getattr(measured, name), out_dir / OUTPUT_FILES[name])
+               for name in ("coldread", "fio", "matching", "targets", "checkpoint")]
+    if measured.resume is not None:
+        written.append(write_table(measured.resume, out_dir / OUTPUT_FILES["resume"]))
+    return written + save_chart(r1_chart(measured.coldread, measured.fio), out_dir / OUTPUT_FILES["chart"],
+                                png_scale=png_scale)

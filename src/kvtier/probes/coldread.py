@@ -1,0 +1,115 @@
+"""R1 probe: cold-read bandwidth of one LMCache fs L2 worker loading N chunks from a pool.
+
+Runs in a Python that has the LMCache build under test first on its path (PYTHONPATH=<build>/site), so the same
+code measures the upstream and the patched adapter (kvtier.runs.r1 starts it once per build and round):
+
+    PYTHONPATH=build/lmcache/patched/site python -m kvtier.probes.coldread --pool DIR --chunks 256 --chunk-mib 1 \
+        --load-concurrency 1 2 4 8 16 32 [--odirect]
+
+The chunks are written through the adapter itself (its own file names and layout) when the pool lacks them.
+Right before each timed load, the pool's files are dropped from the page cache (posix_fadvise DONTNEED) and the
+bytes still resident are counted (mincore), so the record shows that the load read the device; with --odirect
+the adapter reads with O_DIRECT as well (its own `use_odirect`), into page-aligned buffers as O_DIRECT needs.
+One load per `--load-concurrency` value, in the order given, each by a new adapter with that bound; the upstream
+adapter ignores the bound: it reads one key after another. Prints one JSON record per load on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import mmap
+import sys
+import time
+from pathlib import Path
+
+from . import pagecache
+
+MODEL_NAME = "kvtier-r1-coldread"  # the pool files' key namespace
+
+
+class _Buffer:
+    """The memory object the fs adapter reads into and writes from: it only uses `byte_array`. Anonymous mapped
+    memory, so page-aligned, as O_DIRECT requires (LMCache's own L1 buffers are aligned too)."""
+
+    def __init__(self, size: int, fill: int = 0):
+        self._data = mmap.mmap(-1, size)
+        if fill:
+            self._data.write(bytes([fill]) * size)
+
+    @property
+    def byte_array(self) -> memoryview:
+        return memoryview(self._data)
+
+
+def _wait(poll, what: str, timeout_s: float):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        result = poll()
+        if result is not None:
+            return result
+        time.sleep(0.0002)
+    raise TimeoutError(f"{what} did not complete within {timeout_s:g} s")
+
+
+def measure(pool: str, chunks: int, chunk_bytes: int, load_concurrency: int, odirect: bool = False,
+            timeout_s: float = 600.0) -> dict:
+    import lmcache
+    from lmcache.v1.distributed.api import ObjectKey
+    from lmcache.v1.distributed.l2_adapters import fs_l2_adapter as fs
+
+    config = fs.FSL2AdapterConfig.from_dict({"base_path": pool, "load_concurrency": load_concurrency,
+                                             "use_odirect": odirect})
+    adapter = fs.FSL2Adapter(config)
+    try:
+        keys = [ObjectKey(chunk_hash=i.to_bytes(8, "big"), model_name=MODEL_NAME, kv_rank=0) for i in range(chunks)]
+        missing = [k for k in keys if not adapter._key_to_path(k).exists()]
+        if missing:
+            task = adapter.submit_store_task(missing, [_Buffer(chunk_bytes, 7) for _ in missing])
+            _wait(lambda: adapter.pop_completed_store_tasks().get(task), "store", timeout_s)
+        files = [adapter._key_to_path(k) for k in keys]
+        buffers = [_Buffer(chunk_bytes) for _ in keys]
+        for path in files:
+            pagecache.drop(path)
+        resident = sum(pagecache.resident_bytes(path) for path in files)
+        start = time.perf_counter()
+        task = adapter.submit_load_task(keys, buffers)
+        bitmap = _wait(lambda: adapter.query_load_result(task), "load", timeout_s)
+        seconds = time.perf_counter() - start
+        loaded = sum(1 for i in range(chunks) if bitmap.test(i))
+        if loaded != chunks:
+            raise RuntimeError(f"{pool}: only {loaded} of {chunks} chunks loaded")
+        if any(bytes(b.byte_array[:1]) != b"\x07" or bytes(b.byte_array[-1:]) != b"\x07" for b in buffers):
+            raise RuntimeError(f"{pool}: a loaded chunk does not hold the bytes that were stored")
+    finally:
+        adapter.close()
+    total = chunks * chunk_bytes
+    return {"lmcache_version": getattr(lmcache, "__version__", None),
+            "adapter_reads_concurrently": hasattr(fs, "DEFAULT_LOAD_CONCURRENCY"),
+            "chunks": chunks, "chunk_bytes": chunk_bytes, "bytes": total, "load_concurrency": load_concurrency,
+            "resident_bytes_before": resident, "page_cache": page_cache(odirect),
+            "seconds": seconds, "gb_per_s": total / seconds / 1e9}
+
+
+def page_cache(odirect: bool) -> str:
+    """How a load defeats the page cache."""
+    return "O_DIRECT (the adapter's use_odirect), files dropped first" if odirect else "posix_fadvise DONTNEED"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pool", required=True)
+    parser.add_argument("--chunks", type=int, default=256)
+    parser.add_argument("--chunk-mib", type=float, default=1.0)
+    parser.add_argument("--load-concurrency", type=int, nargs="+", default=[16])
+    parser.add_argument("--odirect", action="store_true", help="the adapter reads with O_DIRECT (use_odirect)")
+    args = parser.parse_args(argv)
+    Path(args.pool).mkdir(parents=True, exist_ok=True)
+    for bound in args.load_concurrency:
+        print(json.dumps(measure(args.pool, args.chunks, int(args.chunk_mib * 2**20), bound, args.odirect)),
+              flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,221 @@
+"""R1's measurements on this machine, into raw_data/runs/<campaign>/R1/: the probes run and their raw records.
+
+`run_reads` (rule r1_reads, `kvtier r1-reads`) takes, in each round, and in the same run:
+- coldread.jsonl: cold loads of N chunks by one LMCache fs L2 worker, per LMCache build (upstream and patched,
+  in alternating order from round to round), each build in its own Python with that build first on the path
+  (kvtier.probes.coldread): upstream once (it reads one key after another), patched once per load bound, the bounds
+  being fio's queue depths and the configured bound (the patch at the matching queue depth);
+- fio.jsonl: fio's direct-read bandwidth on the same pool directory at each queue depth (the device limit);
+- checkpoint.jsonl: a LoRA-sized sharded checkpoint saved with fsync to the local disk and to the pool path, by
+  one writer and by parallel writers (kvtier.probes.ckptsave).
+
+`run_resume` (rule r1_resume, `kvtier r1-resume`) is a local_disk tier run of a few sessions of 12k tokens, at
+concurrency 1, with the configured LMCache build (resume/), followed by rawread.jsonl: the time to read the
+pool's chunk files cold, whole, one after another: what the resume of those files costs at the least. Then an
+engine tier run of the same sessions (engine_hit/): their resume with the KV already in vLLM's own prefix cache,
+the part of a resume's TTFT that no storage tier can remove (request handling, the follow-up's forward pass).
+
+Every record is appended and flushed as it is taken; run.json says whether the run completed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from ..bench.records import RecordWriter
+from ..bench.runner import RUN_FILE, now_utc, write_run
+from ..core.errors import KvtierError
+from ..core.vcs import git_revision
+from ..probes import ckptsave, coldread, fio, pagecache, platform_probe
+from ..probes.platform_probe import PLATFORM_FILE
+from ..stack import lmcache_build
+from .tier_run import run_tier
+
+BUILDS = ("upstream", "patched")
+COLDREAD_FILE, FIO_FILE, CHECKPOINT_FILE, RAWREAD_FILE = ("coldread.jsonl", "fio.jsonl", "checkpoint.jsonl",
+                                                          "rawread.jsonl")
+COLDREAD_DIR = "kvtier-r1-coldread"
+RESUME_POOL_DIR = "kvtier-r1-resume"
+RESUME_RUN = "resume"
+ENGINE_HIT_RUN = "engine_hit"
+
+
+@dataclass(frozen=True)
+class ReadSettings:
+    pool_path: str
+    local_disk_path: str
+    builds: dict[str, str]  # build name -> build directory (kvtier.stack.lmcache_build), upstream and patched
+    chunks: int = 256
+    chunk_mib: float = 1.0
+    load_concurrency: int = 16  # the configured bound (lmcache.load_concurrency); the sweep adds queue_depths
+    use_odirect: bool = True  # the fs adapter reads with O_DIRECT (lmcache.use_odirect), both builds
+    queue_depths: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16, 32])
+    rounds: int = 5
+    checkpoint: dict = field(default_factory=dict)  # kvtier.probes.ckptsave.CheckpointSpec fields
+    timeout_s: float = 600.0
+
+    def __post_init__(self):
+        if set(self.builds) != set(BUILDS):
+            raise KvtierError(f"R1 builds: need {', '.join(BUILDS)}, got {sorted(self.builds)}")
+        for name, value in (("chunks", self.chunks), ("load_concurrency", self.load_concurrency),
+                            ("rounds", self.rounds)):
+            if not isinstance(value, int) or value < 1:
+                raise KvtierError(f"R1 settings: {name} must be a positive integer, not {value!r}")
+        if not self.queue_depths or any(not isinstance(q, int) or q < 1 for q in self.queue_depths):
+            raise KvtierError(f"R1 settings: queue_depths must be positive integers, not {self.queue_depths!r}")
+        if not self.chunk_mib > 0:
+            raise KvtierError(f"R1 settings: chunk_mib must be positive, not {self.chunk_mib!r}")
+        ckptsave.CheckpointSpec(**self.checkpoint)  # refuses a bad spec before anything runs
+
+    def load_bounds(self) -> list[int]:
+        """The patched build's load bounds: each of fio's queue depths, and the configured bound."""
+        return sorted({*self.queue_depths, self.load_concurrency})
+
+
+class _RunRecord:
+    """run.json of an R1 run: running until the body returns, then complete, or incomplete with the error."""
+
+    def __init__(self, run_dir: Path, kind: str, settings: dict, extra: dict):
+        if (run_dir / RUN_FILE).exists():
+            raise KvtierError(f"{run_dir}: already holds a run; choose a new run directory")
+        self.run_dir = run_dir
+        self.run = {"kind": kind, "status": "running", "start": now_utc(), "end": None, "error": None,
+                    "git_revision": git_revision(), "settings": settings, **extra}
+        write_run(self.run_dir, self.run)
+
+    def __enter__(self) -> dict:
+        return self.run
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.run["status"] = "complete" if exc_type is None else "incomplete"
+        self.run["error"] = None if exc is None else f"{exc_type.__name__}: {exc}"
+        self.run["end"] = now_utc()
+        write_run(self.run_dir, self.run)
+
+
+def _build_site(build_dir: str) -> str:
+    record = lmcache_build.read(build_dir)
+    return str(Path(build_dir) / record["site"])
+
+
+def cold_loads(build_dir: str, pool: Path, settings: ReadSettings, bounds: list[int]) -> list[dict]:
+    """Cold loads by one fs L2 worker of `build_dir`'s LMCache, one per load bound, in its own Python
+    (kvtier.probes.coldread)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [_build_site(build_dir),
+                                                                     os.environ.get("PYTHONPATH")])),
+           "LMCACHE_DISABLE_BANNER": "1"}
+    argv = [sys.executable, "-m", "kvtier.probes.coldread", "--pool", str(pool), "--chunks", str(settings.chunks),
+            "--chunk-mib", str(settings.chunk_mib), "--load-concurrency", *map(str, bounds),
+            *(["--odirect"] if settings.use_odirect else [])]
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=settings.timeout_s * len(bounds))
+    records = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or len(records) != len(bounds):
+        raise KvtierError(f"cold load with {build_dir} failed (exit {done.returncode}, {len(records)} of "
+                          f"{len(bounds)} loads): {done.stderr.strip()[-800:]}")
+    return records
+
+
+def run_reads(settings: ReadSettings, run_dir: str | os.PathLike) -> dict:
+    """R1 (a) and (b): interleaved rounds of cold loads per build, fio per queue depth, checkpoint saves."""
+    run_dir = Path(run_dir)
+    fio_version = fio.version()  # refuses a missing fio before anything is written
+    if settings.use_odirect:
+        pagecache.require_odirect(settings.pool_path)  # and a pool that O_DIRECT cannot read
+    sites = {name: _build_site(path) for name, path in settings.builds.items()}
+    versions = {name: lmcache_build.read(path)["version"] for name, path in settings.builds.items()}
+    spec = ckptsave.CheckpointSpec(**settings.checkpoint)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with _RunRecord(run_dir, "r1-reads", asdict(settings),
+                    {"fio": fio_version, "lmcache_versions": versions, "sites": sites,
+                     "checkpoint_spec": asdict(spec), "page_cache": coldread.page_cache(settings.use_odirect),
+                     "platform": PLATFORM_FILE}):
+        platform_probe.write(run_dir / PLATFORM_FILE, {"local_disk": settings.local_disk_path,
+                                                       "shared_pool": settings.pool_path, "run_dir": str(run_dir)},
+                             lmcache_build=settings.builds["patched"])
+        pool = Path(settings.pool_path) / COLDREAD_DIR
+        shutil.rmtree(pool, ignore_errors=True)
+        shards = ckptsave.state_dict_shards(spec)
+        chunk_bytes = int(settings.chunk_mib * 2**20)
+        targets = {"local_disk": settings.local_disk_path, "shared_pool": settings.pool_path}
+        try:
+            with RecordWriter(run_dir / COLDREAD_FILE) as coldreads, RecordWriter(run_dir / FIO_FILE) as fios, \
+                    RecordWriter(run_dir / CHECKPOINT_FILE) as checkpoints:
+                for round_ in range(settings.rounds):
+                    forward = round_ % 2 == 0  # alternate the order of builds and bounds from round to round
+                    bounds = settings.load_bounds() if forward else settings.load_bounds()[::-1]
+                    for build in (BUILDS if forward else BUILDS[::-1]):
+                        for record in cold_loads(settings.builds[build], pool, settings,
+                                                 bounds if build == "patched" else [1]):
+                            coldreads.write({"round": round_, "build": build, **record})
+                    for depth in settings.queue_depths:
+                        fios.write({"round": round_, **fio.direct_read(pool, settings.chunks * chunk_bytes,
+                                                                       chunk_bytes, depth, settings.timeout_s)})
+                    for target, directory in targets.items():
+                        for writer in (ckptsave.WRITERS if round_ % 2 == 0 else ckptsave.WRITERS[::-1]):
+                            checkpoints.write({"round": round_, "target": target,
+                                               **ckptsave.save(shards, directory, writer)})
+        finally:
+            shutil.rmtree(pool, ignore_errors=True)
+    return json.loads((run_dir / RUN_FILE).read_text())
+
+
+@dataclass(frozen=True)
+class ResumeSettings:
+    sessions: int = 9
+    context_tokens: int = 12288
+    rawread_rounds: int = 3
+
+    def __post_init__(self):
+        for name, value in asdict(self).items():
+            if not isinstance(value, int) or value < 1:
+                raise KvtierError(f"R1 resume settings: {name} must be a positive integer, not {value!r}")
+
+
+def raw_read(pool: Path) -> dict:
+    """Read every chunk file of `pool` whole, one after another, right after dropping them from the page cache."""
+    files = [p for p in pagecache.files_under(pool) if p.name.endswith(".data")]
+    if not files:
+        raise KvtierError(f"{pool}: no chunk files to read")
+    pagecache.drop(pool)
+    resident = pagecache.resident_bytes(pool)
+    total = 0
+    start = time.perf_counter()
+    for path in files:
+        with open(path, "rb", buffering=0) as f:
+            while block := f.read(1 << 20):
+                total += len(block)
+    seconds = time.perf_counter() - start
+    return {"files": len(files), "bytes": total, "seconds": seconds, "gb_per_s": total / seconds / 1e9,
+            "resident_bytes_before": resident, "page_cache": "posix_fadvise DONTNEED"}
+
+
+def run_resume(tier_settings, resume: ResumeSettings, run_dir: str | os.PathLike) -> dict:
+    """A local_disk tier run of `resume.sessions` sessions of `resume.context_tokens` at concurrency 1 (each
+    resume reads its chunks cold from L2), then the raw read time of the chunk files it resumed from, then an
+    engine tier run of the same sessions (the floor: their resume with the KV in vLLM's prefix cache)."""
+    run_dir = Path(run_dir)
+    pool = Path(tier_settings.local_disk_path) / RESUME_POOL_DIR
+    settings = dataclasses.replace(tier_settings, sessions=resume.sessions, context_tokens=resume.context_tokens,
+                                   concurrency=[1], local_disk_path=str(pool))
+    if settings.max_model_len < resume.context_tokens + settings.followup_tokens + settings.output_tokens:
+        raise KvtierError(f"R1 resume: max_model_len {settings.max_model_len} is below a session's "
+                          f"{resume.context_tokens} + {settings.followup_tokens} + {settings.output_tokens} tokens")
+    if (run_dir / RUN_FILE).exists():
+        raise KvtierError(f"{run_dir}: already holds a run; choose a new run directory")
+    run_tier("local_disk", settings, run_dir / RESUME_RUN)
+    with _RunRecord(run_dir, "r1-resume", asdict(resume), {"tier_run": RESUME_RUN, "engine_hit_run": ENGINE_HIT_RUN,
+                                                           "pool": str(pool)}):
+        with RecordWriter(run_dir / RAWREAD_FILE) as rawreads:
+            for round_ in range(resume.rawread_rounds):
+                rawreads.write({"round": round_, **raw_read(pool)})
+        shutil.rmtree(pool, ignore_errors=True)
+        run_tier("engine", settings, run_dir / ENGINE_HIT_RUN)
+    return json.loads((run_dir / RUN_FILE).read_text())

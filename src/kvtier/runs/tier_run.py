@@ -1,0 +1,257 @@
+"""Tiered cold-resume runs: one tier, real vLLM (+ the real LMCache MP server), the cold-resume protocol.
+
+    recompute    vLLM without prefix caching and without a connector: every resume prefills the whole context
+    engine       vLLM's own prefix cache (the "VRAM" tier): nothing is evicted, the prefix is still resident
+    dram         + LMCache L1 in host memory: the engine prefix cache is reset before each resume
+    local_disk   + LMCache L2 (fs adapter) on a local directory: both servers restart on the same pool before
+                 each resume (empty engine cache and empty L1) and the pool files leave the page cache
+    shared_pool  the same on the shared-pool directory (a second local directory unless configured otherwise)
+
+and R3's run, `cross_instance`: two vLLM + LMCache pairs on the shared pool, A populates, B resumes.
+
+Each tier is one `kvtier bench` cold-resume run (populate once, then evict and resume at each concurrency),
+with the servers' logs under `server_logs/` of its run directory and both /metrics snapshotted around every
+resume, so attribution can prove which tier served the prefix.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..bench.runner import BenchConfig, Runner, reset_prefix_cache
+from ..core.atomic import write_text
+from ..core.errors import KvtierError
+from ..core.tiers import CROSS_INSTANCE, L2_TIERS, TIER_NAMES
+from ..probes import pagecache, platform_probe
+from ..probes.platform_probe import PLATFORM_FILE
+from ..stack import lmcache_build
+from ..stack.lmcache_server import LMCacheServer
+from ..stack.vllm_server import VllmServer
+
+POOL_FILE = "pool_after_populate.json"
+
+
+@dataclass
+class TierSettings:
+    model_dir: str
+    served_name: str = "kvtier-model"
+    sessions: int = 32
+    context_tokens: int = 4096
+    followup_tokens: int = 32
+    output_tokens: int = 16
+    concurrency: list[int] = field(default_factory=lambda: [8, 16, 32])
+    seed: int = 0
+    max_model_len: int = 16384
+    engine_kv_gib: float = 2.0
+    lmcache_l1_gb: float = 2.0
+    local_disk_path: str = "pool/local_disk"
+    shared_pool_path: str = "pool/shared_pool"
+    timeout_s: float = 600.0
+    # How vLLM runs: the CPU build here; on a cluster the configured command, platform and parallelism.
+    platform: str = "cpu"
+    vllm_command: list[str] = field(default_factory=list)
+    tensor_parallel_size: int = 1
+    gpu_memory_utilization: float = 0.9
+    dtype: str = "float32"
+    vllm_extra_args: list[str] = field(default_factory=list)
+    # Which LMCache the LMCache server runs: a kvtier build (build/lmcache/<variant>, see kvtier.stack.lmcache_build),
+    # or the venv's own when empty; and the fs L2 adapter's read bound (a setting of the patched build).
+    lmcache_build: str = ""
+    l2_load_concurrency: int | None = None
+    l2_use_odirect: bool = True  # the fs adapter's own O_DIRECT switch (reads and writes bypass the page cache)
+    # How the LMCache server hands KV to the vLLM worker: a shared-memory L1 ("shm") or pickles over IPC.
+    lmcache_transfer: str = "shm"
+
+
+def pool_state(directory: str | os.PathLike) -> dict:
+    """Chunk files in a pool and their bytes; `pending` counts files still being written (the fs adapter
+    writes a temporary name, then renames)."""
+    files = [p for p in Path(directory).rglob("*") if p.is_file()]
+    pending = [p for p in files if not p.name.endswith(".data")]
+    done = [p for p in files if p.name.endswith(".data")]
+    return {"files": len(done), "bytes": sum(p.stat().st_size for p in done), "pending": len(pending)}
+
+
+def wait_pool_settled(directory: str | os.PathLike, timeout_s: float = 120.0, quiet_s: float = 1.5) -> dict:
+    """Wait until the pool holds no file in flight and has not changed for `quiet_s`."""
+    deadline = time.monotonic() + timeout_s
+    last, since = None, time.monotonic()
+    while True:
+        state = pool_state(directory)
+        now = time.monotonic()
+        if state != last:
+            last, since = state, now
+        elif not state["pending"] and now - since >= quiet_s:
+            return state
+        if now > deadline:
+            raise KvtierError(f"pool {directory}: still changing after {timeout_s:g} s ({state})")
+        time.sleep(0.25)
+
+
+class TierStack:
+    """The servers of one tier, restartable in place (same ports, same pool) for the L2 evictions."""
+
+    def __init__(self, tier: str, settings: TierSettings, log_dir: Path, clear_pool: bool = True):
+        if tier not in TIER_NAMES:
+            raise KvtierError(f"unknown tier {tier!r} (tiers: {', '.join(TIER_NAMES)})")
+        if not (Path(settings.model_dir) / "config.json").is_file():
+            raise KvtierError(f"model_dir {settings.model_dir!r}: no config.json there (generate one with "
+                              "`kvtier model --out DIR`, or point model.path at a model directory)")
+        self.tier, self.settings, self.log_dir, self.clear_pool = tier, settings, log_dir, clear_pool
+        self.pool = None
+        if tier in L2_TIERS:
+            self.pool = Path(settings.local_disk_path if tier == "local_disk" else settings.shared_pool_path)
+        self.lmcache = None
+        if tier in ("dram", *L2_TIERS):
+            build = lmcache_build.read(settings.lmcache_build) if settings.lmcache_build else None
+            options = ({"load_concurrency": settings.l2_load_concurrency}
+                       if settings.l2_load_concurrency is not None else {})
+            if self.pool is not None and settings.l2_use_odirect:
+                options["use_odirect"] = True
+            self.lmcache = LMCacheServer(log_path=str(log_dir / "lmcache.log"), l1_size_gb=settings.lmcache_l1_gb,
+                                         l2_path=str(self.pool) if self.pool else None, l2_options=options,
+                                         site=str(Path(settings.lmcache_build) / build["site"]) if build else None,
+                                         transfer=settings.lmcache_transfer)
+        self.vllm = VllmServer(settings.model_dir, str(log_dir / "vllm.log"), served_name=settings.served_name,
+                               max_model_len=settings.max_model_len, kv_cache_gib=settings.engine_kv_gib,
+                               prefix_caching=tier != "recompute",
+                               lmcache_port=self.lmcache.port if self.lmcache else None,
+                               platform=settings.platform, vllm_command=list(settings.vllm_command),
+                               tensor_parallel_size=settings.tensor_parallel_size,
+                               gpu_memory_utilization=settings.gpu_memory_utilization, dtype=settings.dtype,
+                               extra_args=list(settings.vllm_extra_args))
+
+    def start(self) -> "TierStack":
+        if self.pool is not None and self.clear_pool:
+            if self.pool.exists():
+                shutil.rmtree(self.pool)  # a tier run starts from an empty pool: its KV is what populate wrote
+        if self.pool is not None:
+            self.pool.mkdir(parents=True, exist_ok=True)
+            if self.settings.l2_use_odirect:
+                pagecache.require_odirect(self.pool)
+        try:
+            if self.lmcache:
+                self.lmcache.start()
+            self.vllm.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        self.vllm.stop()
+        if self.lmcache:
+            self.lmcache.stop()
+
+    def metrics_urls(self) -> dict[str, str]:
+        urls = {"vllm": f"{self.vllm.base_url}/metrics"}
+        if self.lmcache:
+            urls["lmcache"] = self.lmcache.metrics_url
+        return urls
+
+    def evict(self) -> None:
+        """The eviction step of the cold-resume protocol, as this tier requires."""
+        if self.tier in ("recompute", "engine"):
+            return
+        if self.tier == "dram":
+            reset_prefix_cache(self.vllm.base_url)
+            return
+        # L2 tiers: restart both servers on the same pool (empty engine cache, empty L1), and make the pool's
+        # files cold, so that the resume reads them from the device. LMCache writes L2 behind the request, so
+        # first let the pool settle: a store cut short by the restart would turn into a miss.
+        wait_pool_settled(self.pool)
+        self.stop()
+        pagecache.drop(self.pool)
+        if self.lmcache:
+            self.lmcache.start()
+        self.vllm.start()
+
+    def __enter__(self) -> "TierStack":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def probe_platform(settings: TierSettings, run_dir: Path) -> dict:
+    """The platform record of a run (R4), written before any server starts."""
+    paths = {"local_disk": settings.local_disk_path, "shared_pool": settings.shared_pool_path,
+             "model": settings.model_dir, "run_dir": str(run_dir)}
+    return platform_probe.write(run_dir / PLATFORM_FILE, paths, settings.model_dir,
+                                lmcache_build=settings.lmcache_build or None)
+
+
+def _bench_config(stack: TierStack, settings: TierSettings, evict: str, **extra) -> BenchConfig:
+    return BenchConfig(base_url=stack.vllm.base_url, model=settings.served_name, workload="cold-resume",
+                       sessions=settings.sessions, context_tokens=settings.context_tokens,
+                       followup_tokens=settings.followup_tokens, output_tokens=settings.output_tokens,
+                       concurrency=list(settings.concurrency), seed=settings.seed, timeout_s=settings.timeout_s,
+                       evict=evict, **extra)
+
+
+def _servers(stack: TierStack) -> dict:
+    return {"vllm": stack.vllm.command(), "lmcache": stack.lmcache.command() if stack.lmcache else None}
+
+
+def run_tier(tier: str, settings: TierSettings, run_dir: str | os.PathLike) -> dict:
+    """One tier's cold-resume run into `run_dir`; returns its summary. The servers are stopped whatever happens."""
+    run_dir = Path(run_dir)
+    stack = TierStack(tier, settings, run_dir / "server_logs")  # refuses a bad tier or model, writing nothing
+    _refuse_existing(run_dir)
+    probe_platform(settings, run_dir)
+    with stack:
+        cfg = _bench_config(stack, settings, f"tier:{tier}", metrics_urls=stack.metrics_urls())
+        metadata = {"tier": tier, "pool": str(stack.pool) if stack.pool else None, "servers": _servers(stack),
+                    "platform": PLATFORM_FILE}
+        return Runner(cfg, run_dir, evict=stack.evict, progress=False, labels={"tier": tier},
+                      metadata=metadata).run()
+
+
+def _refuse_existing(run_dir: Path) -> None:
+    if (run_dir / "run.json").exists():
+        raise KvtierError(f"{run_dir}: already holds a run; choose a new run directory")
+
+
+class _ReaderEviction:
+    """Instance B's eviction before each resume. Before the first, B has never seen a session (its engine cache
+    and L1 are empty by construction), so only the pool's page cache is dropped: B's LMCache, running since
+    before A wrote anything, finds A's chunks on the shared pool by itself. Before every later resume B holds
+    the sessions from the previous one, so it is evicted like an L2 tier (both its servers restarted)."""
+
+    def __init__(self, reader: TierStack, run_dir: Path):
+        self.reader, self.run_dir, self.calls = reader, run_dir, 0
+
+    def __call__(self) -> None:
+        self.calls += 1
+        if self.calls == 1:
+            state = wait_pool_settled(self.reader.pool)
+            write_text(self.run_dir / POOL_FILE, json.dumps({"after_populate_by": "writer", **state}, indent=2)
+                       + "\n")
+            pagecache.drop(self.reader.pool)
+        else:
+            self.reader.evict()
+
+
+def run_cross_instance(settings: TierSettings, run_dir: str | os.PathLike) -> dict:
+    """R3: two vLLM instances, each with its own LMCache server, on one shared pool. Instance A (the writer)
+    populates every session; instance B (the reader) resumes them at each concurrency. B's /metrics are the
+    window's `vllm` and `lmcache` sources (attribution), A's are recorded as `writer_vllm` / `writer_lmcache`."""
+    run_dir = Path(run_dir)
+    logs = run_dir / "server_logs"
+    writer = TierStack("shared_pool", settings, logs / "writer")  # refuses a bad model, writing nothing
+    reader = TierStack("shared_pool", settings, logs / "reader", clear_pool=False)
+    _refuse_existing(run_dir)
+    probe_platform(settings, run_dir)
+    with writer, reader:  # the writer starts first and empties the pool; the reader keeps what is there
+        urls = {**reader.metrics_urls(), **{f"writer_{k}": v for k, v in writer.metrics_urls().items()}}
+        cfg = _bench_config(reader, settings, "cross-instance:shared_pool", metrics_urls=urls,
+                            populate_url=writer.vllm.base_url)
+        metadata = {"tier": CROSS_INSTANCE, "pool": str(reader.pool), "platform": PLATFORM_FILE,
+                    "servers": {"reader": _servers(reader), "writer": _servers(writer)}}
+        return Runner(cfg, run_dir, evict=_ReaderEviction(reader, run_dir), progress=False,
+                      labels={"tier": CROSS_INSTANCE}, metadata=metadata).run()

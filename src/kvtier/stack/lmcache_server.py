@@ -1,0 +1,87 @@
+"""LMCache's multi-process (MP) server as a managed process: L1 in host DRAM, optionally an fs L2 pool."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..core import web
+from ..core.errors import KvtierError
+from .process import ManagedProcess, free_port
+
+TRANSFERS = ("shm", "pickle")
+SHM_DIR = "/dev/shm"
+SHM_PREFIX = "lmcache_l1_pool_"  # LMCache 0.5.6 names every L1 segment so (engine_context._compute_shm_pool_info)
+
+
+@dataclass
+class LMCacheServer(ManagedProcess):
+    """LMCache's multi-process (MP) server: L1 in host DRAM, optionally an fs L2 under `l2_path`. MP mode is
+    the one that works with vLLM's CPU build (the in-process connector has no CPU path in 0.5.6)."""
+    log_path: str
+    l1_size_gb: float = 1.0
+    l2_path: str | None = None
+    l2_options: dict = field(default_factory=dict)   # more fs adapter settings, e.g. load_concurrency
+    site: str | None = None       # a kvtier LMCache build's site directory: run that LMCache instead of the venv's
+    # How KV reaches the vLLM worker: "shm" (L1 in a shared-memory segment the worker maps) or "pickle" (serialized
+    # over the IPC socket; LMCache's default, two-thirds of a 12k-token L2 resume here).
+    transfer: str = "shm"
+    port: int = 0
+    http_port: int = 0
+    extra_args: list[str] = field(default_factory=list)
+    ready_timeout_s: float = 120.0
+    process: subprocess.Popen | None = None
+    name = "LMCache"
+
+    def __post_init__(self) -> None:
+        if self.transfer not in TRANSFERS:
+            raise KvtierError(f"LMCache transfer {self.transfer!r}: one of {', '.join(TRANSFERS)}")
+        self.port = self.port or free_port()
+        self.http_port = self.http_port or free_port()
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}/metrics"
+
+    @property
+    def shm_name(self) -> str:
+        """The shared-memory segment of this server's L1 (unique per port: two servers never share one). LMCache
+        puts its prefix in front of a name that lacks it, so the name given is the segment's own."""
+        return f"{SHM_PREFIX}kvtier-{self.port}" if self.transfer == "shm" else ""
+
+    def start(self):
+        self._remove_segment()  # a segment left by a server that was killed would be reused half-written
+        return super().start()
+
+    def stop(self, grace_s: float = 30.0) -> None:
+        super().stop(grace_s)
+        self._remove_segment()
+
+    def _remove_segment(self) -> None:
+        if self.shm_name:
+            Path(SHM_DIR, self.shm_name).unlink(missing_ok=True)
+
+    def command(self) -> list[str]:
+        lmcache = str(Path(sys.executable).with_name("lmcache"))
+        cmd = [lmcache, "server", "--host", "127.0.0.1", "--port", str(self.port), "--l1-size-gb",
+               f"{self.l1_size_gb:g}", "--eviction-policy", "LRU", "--supported-transfer-mode", "engine_driven",
+               "--http-host", "127.0.0.1", "--http-port", str(self.http_port)]
+        if self.shm_name:
+            cmd += ["--shm-name", self.shm_name]
+        if self.l2_path:
+            cmd += ["--l2-adapter", json.dumps({"type": "fs", "base_path": str(self.l2_path), **self.l2_options})]
+        return cmd + list(self.extra_args)
+
+    def environment(self) -> dict[str, str]:
+        env = {**os.environ, "LMCACHE_DISABLE_BANNER": "1"}
+        if self.site:  # first on the path: the build's lmcache package shadows the venv's
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(self.site).resolve()),
+                                                              env.get("PYTHONPATH")]))
+        return env
+
+    def ready(self) -> bool:
+        return web.answers(self.metrics_url)
