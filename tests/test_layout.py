@@ -114,3 +114,16 @@ def test_the_cli_has_the_subcommands_and_arguments_it_had_before_the_regrouping(
     from kvtier.cli import build_parser
     golden = json.loads((ROOT / "tests" / "golden" / "cli.json").read_text())
     assert json.loads(json.dumps(cli_shape(build_parser()), default=str)) == golden
+
+
+def test_the_architecture_map_names_every_room_and_only_files_that_exist():
+    import re
+    text = (ROOT / "docs" / "ARCHITECTURE.md").read_text()
+    rooms = [p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()]
+    assert all(f"**`kvtier.{room}`**" in text for room in rooms), "one paragraph per room"
+    # Every path it names with a folder (a bare file name is one of the room just described) exists.
+    named = {t for t in re.findall(r"`([\w./-]+/[\w.-]+\.(?:py|yaml|smk|md|json|ipynb))`", text) if "<" not in t}
+    missing = [t for t in named if not (ROOT / t).exists() and not (PACKAGE / t).exists()]
+    assert named and missing == [], missing
+    rows = text.split("## I want to … → open …", 1)[1].split("\n## ", 1)[0]
+    assert len([line for line in rows.splitlines() if line.startswith("| ") and "---" not in line]) - 1 >= 10

@@ -1,7 +1,7 @@
 """A campaign: every tier's cold-resume run, then the R2-shaped readings, attribution and correctness tables.
 
-    raw_data/runs/<campaign>/<tier>/          one `kvtier bench` run directory per tier (tierrun.run_tier), and
-                                              cross_instance/ for R3 (tierrun.run_cross_instance)
+    raw_data/runs/<campaign>/<tier>/          one `kvtier bench` run directory per tier (tier_run.run_tier), and
+                                              cross_instance/ for R3 (tier_run.run_cross_instance)
     raw_data/runs/<campaign>/R2_readings.csv  TTFT p50 and output tok/s per tier x concurrency: only valid windows
     raw_data/runs/<campaign>/attribution.csv  which source served each window's prompt tokens, and the verdict
     raw_data/runs/<campaign>/correctness.csv  greedy outputs of each resume against the recompute tier's
