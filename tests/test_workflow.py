@@ -175,7 +175,12 @@ def test_measured_runs_are_attributed_correct_and_rendered(built):
     assert correctness[correctness["tier"] != "recompute"]["all_identical"].all(), correctness
     assert local.readings["ttft_p50_s"].notna().all()
     assert local.conditions["pools_on_same_device"] is True
+    # Every window waited for a quiet machine first, and the record says what it found.
+    found = local.conditions["quiet"]
+    assert found["checked"] == found["measurements"] == len(read_table(campaign / "attribution.csv")) > 0
+    assert attribution["quiet"].notna().all() and (attribution["quiet_waited_s"] >= 0).all()
     page = (built / "evidence" / "R2_local" / "R2_local.html").read_text()
+    assert "Quiet check" in page and "not made" not in page
     assert "same device" in page and 'href="R2_local/R2_local.html"' in (built / "evidence" / "index.html").read_text()
     rendered = read_table(built / "evidence" / "R2_local" / "R2_local_table.csv")
     pd.testing.assert_frame_equal(rendered, local.table.reset_index(drop=True), check_dtype=False, obj="table")
@@ -230,6 +235,8 @@ def test_r1_compares_both_builds_and_resumes_from_l2(built):
     assert resume["lmcache_retrieve_s"].notna().all()
     assert (resume["engine_hit_ttft_s"] > 0).all(), "the same sessions resumed from vLLM's prefix cache"
     page = (built / "evidence" / "R1" / "R1.html").read_text()
+    assert measured.conditions["quiet"]["checked"] == measured.conditions["quiet"]["measurements"] > 0
+    assert "Quiet check" in page and "timed reads and saves" in page
     assert "fio" in page and "same device" in page and "0.98" in page and "5.23" in page
     assert 'href="R1/R1.html"' in (built / "evidence" / "index.html").read_text()
     rendered = read_table(built / "evidence" / "R1" / "R1_targets.csv")

@@ -24,6 +24,8 @@ rule render_audit:
             {"claims": input.claims, "published_dir": os.path.dirname(input.claims)},
             input[1:], **RENDER_OPTIONS,
         ),
+    resources:
+        measurement=1,
     log:
         "logs/render_audit.log",
     conda:

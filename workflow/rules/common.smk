@@ -32,12 +32,15 @@ LMCACHE = config["lmcache"]
 LMCACHE_BUILD = "" if LMCACHE["build"] == "installed" else f"build/lmcache/{LMCACHE['build']}"
 PATCHES = sorted(glob.glob("patches/*.patch")) if LMCACHE["build"] == "patched" else []
 
+# The quiet check before every measured window (kvtier.probes.quiet.QuietBounds), or None when switched off.
+QUIET = {key: value for key, value in config["quiet"].items() if key != "enabled"} if config["quiet"]["enabled"] else None
+
 # What `kvtier tier-run` needs (kvtier.runs.tier_run.TierSettings), the same for every tier.
 _SERVER = {("vllm_extra_args" if key == "extra_args" else key): value for key, value in RUNS["server"].items()}
 TIER_SETTINGS = json.dumps({"model_dir": MODEL_DIR, "served_name": MODEL["served_name"], **_SERVER,
                             "lmcache_build": LMCACHE_BUILD, "lmcache_transfer": LMCACHE["transfer"],
                             "l2_load_concurrency": LMCACHE["load_concurrency"] if PATCHES else None,
-                            "l2_use_odirect": LMCACHE["use_odirect"],
+                            "l2_use_odirect": LMCACHE["use_odirect"], "quiet": QUIET,
                             **{key: value for key, value in RUNS.items()
                                if key not in ("enabled", "campaign", "tiers", "cross_instance", "server")}})
 # The campaign's runs: one per tier, and R3's cross-instance run.
@@ -49,7 +52,7 @@ R1_DIR = f"{CAMPAIGN_DIR}/R1"
 R1_READ_SETTINGS = json.dumps({"pool_path": RUNS["shared_pool_path"], "local_disk_path": RUNS["local_disk_path"],
                                "builds": {v: f"build/lmcache/{v}" for v in ("upstream", "patched")},
                                "load_concurrency": LMCACHE["load_concurrency"], "use_odirect": LMCACHE["use_odirect"],
-                               "timeout_s": RUNS["timeout_s"],
+                               "timeout_s": RUNS["timeout_s"], "quiet": QUIET,
                                **{k: R1[k] for k in ("chunks", "chunk_mib", "queue_depths", "rounds", "checkpoint")}})
 R1_RESUME_SETTINGS = json.dumps(R1["resume"])
 # The raw files the R1 page reads (hashed into its manifest).

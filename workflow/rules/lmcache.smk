@@ -17,6 +17,8 @@ rule lmcache_build:
             *(word for key, value in LMCACHE["upstream"].items() for word in (f"--upstream-{key}", value)),
             *(word for patch in input.patches for word in ("--patch", patch)),
         ],
+    resources:
+        measurement=1,
     log:
         "logs/lmcache_build/{variant}.log",
     conda:

@@ -22,6 +22,8 @@ rule render_R2_local:
             {"campaign_dir": os.path.dirname(input.readings), "chart_png_scale": RENDER["chart_png_scale"]},
             input[1:], **RENDER_OPTIONS,
         ),
+    resources:
+        measurement=1,
     log:
         "logs/render_R2_local.log",
     conda:
@@ -51,6 +53,8 @@ rule render_R3:
             {"campaign_dir": os.path.dirname(input.readings), "chart_png_scale": RENDER["chart_png_scale"]},
             input[1:], **RENDER_OPTIONS,
         ),
+    resources:
+        measurement=1,
     log:
         "logs/render_R3.log",
     conda:

@@ -11,6 +11,8 @@ rule model:
             "--out", os.path.dirname(output.config),
             *(word for key, value in MODEL["generate"].items() for word in (f"--{key.replace('_', '-')}", value)),
         ],
+    resources:
+        measurement=1,
     log:
         "logs/model.log",
     conda:

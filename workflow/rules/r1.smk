@@ -1,5 +1,5 @@
 # R1 measured here: both LMCache builds' cold loads beside fio and checkpoint saves (r1_reads), the resume of
-# 12k-token sessions from L2 (r1_resume), and the page (render_R1). Both runs hold the `measurement` resource.
+# 12k-token sessions from L2 (r1_resume), and the page (render_R1). All three hold the `measurement` resource.
 
 
 rule r1_reads:
@@ -63,6 +63,8 @@ rule render_R1:
              "chart_png_scale": RENDER["chart_png_scale"]},
             [*(f"{os.path.dirname(input.reads)}/{name}" for name in R1_RAW_FILES), input.claims], **RENDER_OPTIONS,
         ),
+    resources:
+        measurement=1,
     log:
         "logs/render_R1.log",
     conda:

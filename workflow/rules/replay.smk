@@ -24,6 +24,8 @@ rule render_R2:
             {"published_dir": os.path.dirname(input.readings), "chart_png_scale": RENDER["chart_png_scale"]},
             [input.readings, input.conditions, input.provenance], **RENDER_OPTIONS,
         ),
+    resources:
+        measurement=1,
     log:
         "logs/render_R2.log",
     conda:

@@ -212,12 +212,15 @@ def _snapshot(cfg: BenchConfig, run_dir: Path, window: str, when: str) -> dict[s
 class Runner:
     def __init__(self, cfg: BenchConfig, run_dir: str | os.PathLike, evict: Callable[[], None] | None = None,
                  resume: bool = False, progress: bool | None = None, labels: dict | None = None,
-                 metadata: dict | None = None):
+                 metadata: dict | None = None, quiet: Callable[[], dict] | None = None):
         cfg.check()
         self.metadata = metadata or {}  # recorded in run.json (e.g. the tier and its pool directory)
         self.cfg, self.run_dir, self.resume = cfg, Path(run_dir), resume
         self.labels = labels or {}  # added to every request's labels (e.g. the tier under test)
         self.evict = evict or evict_hook(cfg)
+        # Called right before each measured window opens (after its eviction): waits until the machine is quiet
+        # and returns what it found, recorded with the window (kvtier.probes.quiet.wait_quiet).
+        self.quiet = quiet
         self.progress = Progress(enabled=progress)
 
     def _start(self) -> dict:
@@ -267,6 +270,8 @@ class Runner:
                         self.evict()
                     window = {"kind": phase.items[0].phase if phase.items else phase.name,
                               "concurrency": phase.concurrency, "segment": segment}
+                    if phase.measured and self.quiet:
+                        window["quiet"] = self.quiet()
                     if phase.measured:
                         window["metrics_before"] = _snapshot(self.cfg, self.run_dir, phase.name, "before")
                     window["start"] = now_utc()
@@ -353,7 +358,8 @@ def summarize(run_dir: Path, run: dict, ttft_sla_s: float | None) -> dict:
                         "concurrency": window["concurrency"], "segment": window["segment"],
                         "start": window["start"], "end": window["end"], **stats,
                         "server_metrics": server, "server_ttft": server_ttft,
-                        "ttft_reconciliation": summary.reconcile(stats, server_ttft)})
+                        "ttft_reconciliation": summary.reconcile(stats, server_ttft),
+                        "quiet": window.get("quiet")})
     result = {"run_id": run["run_id"], "schema": "summary.schema.yaml", "windows": windows,
               "unmeasured_requests": len([r for r in records if r["phase"] == "populate"])}
     validate_summary(result)

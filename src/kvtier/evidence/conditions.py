@@ -29,10 +29,25 @@ def campaign_markdown(conditions: dict) -> str:
     if not c.get("consistent", True):
         lines.append("- **Warning**: the runs of this campaign were not all probed on the same host, versions "
                      "and model; see each run's probes/platform.json.")
+    lines.append(quiet_line(c.get("quiet")))
     files = c.get("platform_file", {})
     if files:
         lines.append(f"- **Platform records**: {', '.join(f'`{f}`' for f in files.values())}")
     return "\n".join(lines)
+
+
+def quiet_line(quiet: dict | None, what: str = "windows") -> str:
+    """Whether the measurements opened on a quiet machine (kvtier.probes.quiet.summary), as one markdown line."""
+    if not quiet or not quiet.get("checked"):
+        return (f"- **Quiet check**: **not made** for these {what} (made before it existed, or switched off): "
+                "nothing shows that the machine was idle when they were measured")
+    line = (f"- **Quiet check**: {quiet['quiet']} of {quiet['checked']} {what} started on a quiet machine "
+            f"(sync, then dirty + writeback pages, busy CPUs and load under their bounds; longest wait "
+            f"{quiet['waited_s_max']:.1f} s)")
+    if quiet["not_quiet"]:
+        line += "; **measured without quiet**: " + ", ".join(f"{w['what']} ({w['because']})"
+                                                             for w in quiet["not_quiet"])
+    return line
 
 
 def platform_lines(p: dict, paths: dict[str, dict], same_device: bool | None) -> list[str]:

@@ -21,12 +21,12 @@ from ..bench.records import read_records
 from ..bench.runner import RUN_FILE
 from ..core.errors import KvtierError
 from ..core.table_io import write_table
-from ..probes import platform_probe
+from ..probes import platform_probe, quiet
 from ..probes.ckptsave import CheckpointSpec
 from ..probes.platform_probe import PLATFORM_FILE
 from ..runs.campaign import attribution
 from ..runs.r1 import BUILDS, CHECKPOINT_FILE, COLDREAD_FILE, ENGINE_HIT_RUN, FIO_FILE, RAWREAD_FILE, RESUME_RUN
-from .conditions import platform_lines
+from .conditions import platform_lines, quiet_line
 
 # A device "rewards parallelism" when fio's best queue depth reads at least this much faster than depth 1.
 PARALLEL_GAIN = 1.5
@@ -67,6 +67,14 @@ def _frame(path: Path, required: tuple[str, ...], made_by: str = "kvtier r1-read
     if frame.empty or missing:
         raise KvtierError(f"{path}: no records" if frame.empty else f"{path}: records lack {missing}")
     return frame
+
+
+def _quiet_of(rounds: pd.DataFrame, label: str) -> list[tuple[str, dict | None]]:
+    """(what was measured, in which round; its quiet record) for each record (kvtier.probes.quiet)."""
+    if "quiet" not in rounds.columns:
+        return [(label, None)] * len(rounds)
+    return [(f"{label.format(**row)}, round {row['round']}",
+             row["quiet"] if isinstance(row["quiet"], dict) else None) for row in rounds.to_dict("records")]
 
 
 def _spread(frame: pd.DataFrame, by: list[str]) -> pd.DataFrame:
@@ -236,7 +244,10 @@ def load(r1_dir: str | os.PathLike) -> Measured:
                   "device_rewards_parallelism": rewards, "platform": platform,
                   "platform_file": f"reads/{PLATFORM_FILE}",
                   "same_device": platform["storage"]["local_disk"]["st_dev"]
-                  == platform["storage"]["shared_pool"]["st_dev"]}
+                  == platform["storage"]["shared_pool"]["st_dev"],
+                  "quiet": quiet.summary(_quiet_of(coldread_rounds, "{build} load at bound {load_concurrency}")
+                                         + _quiet_of(fio_rounds, "fio at depth {iodepth}")
+                                         + _quiet_of(checkpoint_rounds, "{writer} save to {target}"))}
     return Measured(coldread_rounds, fio_rounds, coldread, fio, matching(coldread, fio), checkpoint, resume, table,
                     conditions)
 
@@ -260,6 +271,7 @@ def conditions_markdown(conditions: dict) -> str:
         f"{spec.bytes() / 1e6:.0f} MB in {spec.shards} safetensors shards, fsync per shard",
         *platform_lines(p, {"pool (cold reads, fio, checkpoint)": storage["shared_pool"],
                             "local disk (checkpoint)": storage["local_disk"]}, c["same_device"]),
+        quiet_line(c.get("quiet"), "timed reads and saves"),
         f"- **Platform record**: `{c['platform_file']}`",
     ]
     return "\n".join(lines)

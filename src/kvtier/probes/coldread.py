@@ -9,7 +9,8 @@ code measures the upstream and the patched adapter (kvtier.runs.r1 starts it onc
 The chunks are written through the adapter itself (its own file names and layout) when the pool lacks them.
 Right before each timed load, the pool's files are dropped from the page cache (posix_fadvise DONTNEED) and the
 bytes still resident are counted (mincore), so the record shows that the load read the device; with --odirect
-the adapter reads with O_DIRECT as well (its own `use_odirect`), into page-aligned buffers as O_DIRECT needs.
+the adapter reads with O_DIRECT as well (its own `use_odirect`), into page-aligned buffers as O_DIRECT needs;
+with --quiet, the load waits for a quiet machine (kvtier.probes.quiet) and records what it found.
 One load per `--load-concurrency` value, in the order given, each by a new adapter with that bound; the upstream
 adapter ignores the bound: it reads one key after another. Prints one JSON record per load on stdout.
 """
@@ -24,6 +25,7 @@ import time
 from pathlib import Path
 
 from . import pagecache
+from .quiet import QuietBounds, wait_quiet
 
 MODEL_NAME = "kvtier-r1-coldread"  # the pool files' key namespace
 
@@ -53,7 +55,7 @@ def _wait(poll, what: str, timeout_s: float):
 
 
 def measure(pool: str, chunks: int, chunk_bytes: int, load_concurrency: int, odirect: bool = False,
-            timeout_s: float = 600.0) -> dict:
+            timeout_s: float = 600.0, quiet: dict | None = None) -> dict:
     import lmcache
     from lmcache.v1.distributed.api import ObjectKey
     from lmcache.v1.distributed.l2_adapters import fs_l2_adapter as fs
@@ -72,6 +74,7 @@ def measure(pool: str, chunks: int, chunk_bytes: int, load_concurrency: int, odi
         for path in files:
             pagecache.drop(path)
         resident = sum(pagecache.resident_bytes(path) for path in files)
+        found = wait_quiet(QuietBounds(**quiet)) if quiet is not None else None  # right before the timed load
         start = time.perf_counter()
         task = adapter.submit_load_task(keys, buffers)
         bitmap = _wait(lambda: adapter.query_load_result(task), "load", timeout_s)
@@ -88,7 +91,7 @@ def measure(pool: str, chunks: int, chunk_bytes: int, load_concurrency: int, odi
             "adapter_reads_concurrently": hasattr(fs, "DEFAULT_LOAD_CONCURRENCY"),
             "chunks": chunks, "chunk_bytes": chunk_bytes, "bytes": total, "load_concurrency": load_concurrency,
             "resident_bytes_before": resident, "page_cache": page_cache(odirect),
-            "seconds": seconds, "gb_per_s": total / seconds / 1e9}
+            "seconds": seconds, "gb_per_s": total / seconds / 1e9, "quiet": found}
 
 
 def page_cache(odirect: bool) -> str:
@@ -103,11 +106,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chunk-mib", type=float, default=1.0)
     parser.add_argument("--load-concurrency", type=int, nargs="+", default=[16])
     parser.add_argument("--odirect", action="store_true", help="the adapter reads with O_DIRECT (use_odirect)")
+    parser.add_argument("--quiet", type=json.loads, help="wait for a quiet machine before each load: JSON of "
+                        "kvtier.probes.quiet.QuietBounds")
     args = parser.parse_args(argv)
     Path(args.pool).mkdir(parents=True, exist_ok=True)
     for bound in args.load_concurrency:
-        print(json.dumps(measure(args.pool, args.chunks, int(args.chunk_mib * 2**20), bound, args.odirect)),
-              flush=True)
+        print(json.dumps(measure(args.pool, args.chunks, int(args.chunk_mib * 2**20), bound, args.odirect,
+                                 quiet=args.quiet)), flush=True)
     return 0
 
 

@@ -29,7 +29,7 @@ from ..bench.runner import RUN_FILE
 from ..core.atomic import write_text
 from ..core.table_io import write_table
 from ..core.tiers import CROSS_INSTANCE, TIER_NAMES
-from ..probes import platform_probe
+from ..probes import platform_probe, quiet
 from ..probes.platform_probe import PLATFORM_FILE
 from .tier_run import POOL_FILE
 
@@ -70,6 +70,9 @@ def attribution(tier: str, window: dict) -> dict:
                              and not row["writer_prompt_tokens"], "prefix from the pool the other instance wrote")
     valid, expected = rules[tier]
     row["valid"] = bool(valid and prompt > 0 and window["requests"]["failed"] == 0)
+    found = window.get("quiet") or {}  # kvtier.probes.quiet: empty when the run did not check
+    row["quiet"] = found.get("quiet")
+    row["quiet_waited_s"] = found.get("waited_s")
     row["rule"] = expected
     if window["requests"]["failed"]:
         row["rule"] += f"; {window['requests']['failed']} request(s) failed"
@@ -89,7 +92,7 @@ def aggregate(campaign_dir: str | os.PathLike) -> dict[str, pd.DataFrame]:
     """Build the campaign's tables from its tier run directories and write them as CSV."""
     campaign_dir = Path(campaign_dir)
     tiers = [t for t in (*TIER_NAMES, CROSS_INSTANCE) if (campaign_dir / t / "summary.json").is_file()]
-    readings, attributions, correctness = [], [], []
+    readings, attributions, correctness, quiet_of = [], [], [], []
     reference = _outputs(campaign_dir / "recompute") if "recompute" in tiers else {}
     for tier in tiers:
         summary = json.loads((campaign_dir / tier / "summary.json").read_text())
@@ -97,6 +100,7 @@ def aggregate(campaign_dir: str | os.PathLike) -> dict[str, pd.DataFrame]:
         for window in summary["windows"]:
             row = attribution(tier, window)
             attributions.append(row)
+            quiet_of.append((tier, window))
             c = window["concurrency"]
             pairs = [(s, text) for (s, conc), text in outputs.items() if conc == c]
             matched = sum(1 for s, text in pairs if reference.get((s, c)) == text)
@@ -108,7 +112,9 @@ def aggregate(campaign_dir: str | os.PathLike) -> dict[str, pd.DataFrame]:
             readings.append({"tier": tier, "concurrency": c,
                              "ttft_p50_s": ttft.get("p50") if row["valid"] else None,
                              "output_tok_s": window["output_tok_s"]["aggregate"] if row["valid"] else None})
-    write_text(campaign_dir / "conditions.json", json.dumps(conditions(campaign_dir, tiers), indent=2) + "\n")
+    windows = [(f"{tier} at concurrency {w['concurrency']}", w.get("quiet")) for tier, w in quiet_of]
+    written = {**conditions(campaign_dir, tiers), "quiet": quiet.summary(windows)}
+    write_text(campaign_dir / "conditions.json", json.dumps(written, indent=2) + "\n")
     tables = {"R2_readings": pd.DataFrame(readings, columns=["tier", "concurrency", "ttft_p50_s", "output_tok_s"]),
               "attribution": pd.DataFrame(attributions), "correctness": pd.DataFrame(correctness)}
     for name, frame in tables.items():

@@ -34,7 +34,7 @@ from ..bench.records import RecordWriter
 from ..bench.runner import RUN_FILE, now_utc, write_run
 from ..core.errors import KvtierError
 from ..core.vcs import git_revision
-from ..probes import ckptsave, coldread, fio, pagecache, platform_probe
+from ..probes import ckptsave, coldread, fio, pagecache, platform_probe, quiet
 from ..probes.platform_probe import PLATFORM_FILE
 from ..stack import lmcache_build
 from .tier_run import run_tier
@@ -61,6 +61,7 @@ class ReadSettings:
     rounds: int = 5
     checkpoint: dict = field(default_factory=dict)  # kvtier.probes.ckptsave.CheckpointSpec fields
     timeout_s: float = 600.0
+    quiet: dict | None = None  # wait for a quiet machine before each timed read or save (QuietBounds fields)
 
     def __post_init__(self):
         if set(self.builds) != set(BUILDS):
@@ -74,6 +75,7 @@ class ReadSettings:
         if not self.chunk_mib > 0:
             raise KvtierError(f"R1 settings: chunk_mib must be positive, not {self.chunk_mib!r}")
         ckptsave.CheckpointSpec(**self.checkpoint)  # refuses a bad spec before anything runs
+        quiet.hook(self.quiet)  # and bad quiet bounds
 
     def load_bounds(self) -> list[int]:
         """The patched build's load bounds: each of fio's queue depths, and the configured bound."""
@@ -114,7 +116,8 @@ def cold_loads(build_dir: str, pool: Path, settings: ReadSettings, bounds: list[
            "LMCACHE_DISABLE_BANNER": "1"}
     argv = [sys.executable, "-m", "kvtier.probes.coldread", "--pool", str(pool), "--chunks", str(settings.chunks),
             "--chunk-mib", str(settings.chunk_mib), "--load-concurrency", *map(str, bounds),
-            *(["--odirect"] if settings.use_odirect else [])]
+            *(["--odirect"] if settings.use_odirect else []),
+            *(["--quiet", json.dumps(settings.quiet)] if settings.quiet is not None else [])]
     done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=settings.timeout_s * len(bounds))
     records = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0 or len(records) != len(bounds):
@@ -156,12 +159,15 @@ def run_reads(settings: ReadSettings, run_dir: str | os.PathLike) -> dict:
                                                  bounds if build == "patched" else [1]):
                             coldreads.write({"round": round_, "build": build, **record})
                     for depth in settings.queue_depths:
+                        found = _quiet(settings.quiet)
                         fios.write({"round": round_, **fio.direct_read(pool, settings.chunks * chunk_bytes,
-                                                                       chunk_bytes, depth, settings.timeout_s)})
+                                                                       chunk_bytes, depth, settings.timeout_s),
+                                    "quiet": found})
                     for target, directory in targets.items():
                         for writer in (ckptsave.WRITERS if round_ % 2 == 0 else ckptsave.WRITERS[::-1]):
+                            found = _quiet(settings.quiet)
                             checkpoints.write({"round": round_, "target": target,
-                                               **ckptsave.save(shards, directory, writer)})
+                                               **ckptsave.save(shards, directory, writer), "quiet": found})
         finally:
             shutil.rmtree(pool, ignore_errors=True)
     return json.loads((run_dir / RUN_FILE).read_text())
@@ -179,13 +185,21 @@ class ResumeSettings:
                 raise KvtierError(f"R1 resume settings: {name} must be a positive integer, not {value!r}")
 
 
-def raw_read(pool: Path) -> dict:
-    """Read every chunk file of `pool` whole, one after another, right after dropping them from the page cache."""
+def _quiet(bounds: dict | None) -> dict | None:
+    """Wait for a quiet machine (kvtier.probes.quiet) and return what was found; None when not asked to."""
+    check = quiet.hook(bounds)
+    return check() if check else None
+
+
+def raw_read(pool: Path, bounds: dict | None = None) -> dict:
+    """Read every chunk file of `pool` whole, one after another, right after dropping them from the page cache
+    (and waiting for a quiet machine, with `bounds`)."""
     files = [p for p in pagecache.files_under(pool) if p.name.endswith(".data")]
     if not files:
         raise KvtierError(f"{pool}: no chunk files to read")
     pagecache.drop(pool)
     resident = pagecache.resident_bytes(pool)
+    found = _quiet(bounds)
     total = 0
     start = time.perf_counter()
     for path in files:
@@ -194,7 +208,7 @@ def raw_read(pool: Path) -> dict:
                 total += len(block)
     seconds = time.perf_counter() - start
     return {"files": len(files), "bytes": total, "seconds": seconds, "gb_per_s": total / seconds / 1e9,
-            "resident_bytes_before": resident, "page_cache": "posix_fadvise DONTNEED"}
+            "resident_bytes_before": resident, "page_cache": "posix_fadvise DONTNEED", "quiet": found}
 
 
 def run_resume(tier_settings, resume: ResumeSettings, run_dir: str | os.PathLike) -> dict:
@@ -215,7 +229,7 @@ def run_resume(tier_settings, resume: ResumeSettings, run_dir: str | os.PathLike
                                                            "pool": str(pool)}):
         with RecordWriter(run_dir / RAWREAD_FILE) as rawreads:
             for round_ in range(resume.rawread_rounds):
-                rawreads.write({"round": round_, **raw_read(pool)})
+                rawreads.write({"round": round_, **raw_read(pool, tier_settings.quiet)})
         shutil.rmtree(pool, ignore_errors=True)
         run_tier("engine", settings, run_dir / ENGINE_HIT_RUN)
     return json.loads((run_dir / RUN_FILE).read_text())

@@ -27,7 +27,7 @@ from ..bench.runner import BenchConfig, Runner, reset_prefix_cache
 from ..core.atomic import write_text
 from ..core.errors import KvtierError
 from ..core.tiers import CROSS_INSTANCE, L2_TIERS, TIER_NAMES
-from ..probes import pagecache, platform_probe
+from ..probes import pagecache, platform_probe, quiet
 from ..probes.platform_probe import PLATFORM_FILE
 from ..stack import lmcache_build
 from ..stack.lmcache_server import LMCacheServer
@@ -66,6 +66,8 @@ class TierSettings:
     l2_use_odirect: bool = True  # the fs adapter's own O_DIRECT switch (reads and writes bypass the page cache)
     # How the LMCache server hands KV to the vLLM worker: a shared-memory L1 ("shm") or pickles over IPC.
     lmcache_transfer: str = "shm"
+    # Quiet preconditions before every measured window (kvtier.probes.quiet.QuietBounds fields); None: no check.
+    quiet: dict | None = None
 
 
 def pool_state(directory: str | os.PathLike) -> dict:
@@ -201,6 +203,7 @@ def _servers(stack: TierStack) -> dict:
 def run_tier(tier: str, settings: TierSettings, run_dir: str | os.PathLike) -> dict:
     """One tier's cold-resume run into `run_dir`; returns its summary. The servers are stopped whatever happens."""
     run_dir = Path(run_dir)
+    quiet.hook(settings.quiet)  # refuses bad quiet bounds before anything starts
     stack = TierStack(tier, settings, run_dir / "server_logs")  # refuses a bad tier or model, writing nothing
     _refuse_existing(run_dir)
     probe_platform(settings, run_dir)
@@ -209,7 +212,7 @@ def run_tier(tier: str, settings: TierSettings, run_dir: str | os.PathLike) -> d
         metadata = {"tier": tier, "pool": str(stack.pool) if stack.pool else None, "servers": _servers(stack),
                     "platform": PLATFORM_FILE}
         return Runner(cfg, run_dir, evict=stack.evict, progress=False, labels={"tier": tier},
-                      metadata=metadata).run()
+                      metadata=metadata, quiet=quiet.hook(settings.quiet)).run()
 
 
 def _refuse_existing(run_dir: Path) -> None:
@@ -254,4 +257,4 @@ def run_cross_instance(settings: TierSettings, run_dir: str | os.PathLike) -> di
         metadata = {"tier": CROSS_INSTANCE, "pool": str(reader.pool), "platform": PLATFORM_FILE,
                     "servers": {"reader": _servers(reader), "writer": _servers(writer)}}
         return Runner(cfg, run_dir, evict=_ReaderEviction(reader, run_dir), progress=False,
-                      labels={"tier": CROSS_INSTANCE}, metadata=metadata).run()
+                      labels={"tier": CROSS_INSTANCE}, metadata=metadata, quiet=quiet.hook(settings.quiet)).run()

@@ -1,0 +1,77 @@
+"""kvtier.evidence.stats on synthetic samples with known answers."""
+
+import random
+
+import pytest
+
+from kvtier.evidence import stats
+
+
+def test_a_clear_effect_is_faster_and_its_interval_excludes_one():
+    rng = random.Random(1)
+    baseline = {r: 2.0 + rng.uniform(-0.1, 0.1) for r in range(12)}  # TTFT of the baseline, s
+    tier = {r: 1.0 + rng.uniform(-0.05, 0.05) for r in range(12)}
+    speedup = stats.ratio(baseline, tier)
+    assert speedup.rounds == 12 and speedup.method.startswith("bootstrap 95 %")
+    assert 1.8 < speedup.low <= speedup.point <= speedup.high < 2.2
+    assert stats.word(speedup) == stats.FASTER
+    assert stats.word(stats.ratio(tier, baseline)) == stats.SLOWER
+    assert stats.target(speedup, 1.5) == stats.MET and stats.target(speedup, 2.5) == stats.NOT_MET
+
+
+def test_no_effect_reads_no_difference_measured():
+    rng = random.Random(2)
+    a = {r: 1.0 + rng.gauss(0, 0.05) for r in range(10)}
+    b = {r: 1.0 + rng.gauss(0, 0.05) for r in range(10)}
+    ratio = stats.ratio(a, b)
+    assert ratio.holds(1.0) and stats.word(ratio) == stats.NO_DIFFERENCE
+    assert stats.target(ratio, 1.0) == stats.UNDECIDED  # straddles the threshold: neither MET nor NOT MET
+
+
+def test_one_outlier_moves_neither_the_median_nor_the_verdict():
+    rounds = {r: 2.0 for r in range(9)}
+    rounds[4] = 40.0  # one round hit by the disk writing back an install
+    steady = stats.estimate(rounds.values())
+    assert steady.point == 2.0 and steady.high == 2.0, steady
+    assert stats.word(stats.ratio(rounds, {r: 1.0 for r in range(9)})) == stats.FASTER
+
+
+def test_few_rounds_give_min_max_and_say_so():
+    small = stats.estimate([1.0, 3.0, 2.0])
+    assert (small.point, small.low, small.high) == (2.0, 1.0, 3.0)
+    assert "min–max of 3 rounds" in small.method and "75.0 %" in small.method
+    assert stats.min_max_coverage(5) == pytest.approx(0.9375)
+
+
+def test_one_round_has_no_interval_and_decides_nothing():
+    one = stats.ratio({0: 3.0}, {0: 1.0})
+    assert one.rounds == 1 and one.low == one.high == 3.0 and "no interval" in one.method
+    assert stats.word(one) == stats.ONE_ROUND and stats.target(one, 2.0) == stats.UNDECIDED
+
+
+def test_targets_at_most_and_missing_rounds():
+    resume_over_raw = stats.estimate([1.6, 1.7, 1.8, 1.75, 1.65])
+    assert stats.target(resume_over_raw, 2.0, at_least=False) == stats.MET
+    assert stats.target(stats.estimate([2.2, 2.4, 2.3]), 2.0, at_least=False) == stats.NOT_MET
+    assert stats.target(stats.estimate([1.9, 2.1, 2.0]), 2.0, at_least=False) == stats.UNDECIDED
+    # A round that lacks one side (an invalid window) is left out of the pairs, never counted as zero.
+    assert stats.paired_ratios({0: 2.0, 1: None, 2: 4.0}, {0: 1.0, 1: 1.0, 2: 2.0, 3: 1.0}) == [2.0, 2.0]
+    with pytest.raises(ValueError, match="no round has both sides"):
+        stats.ratio({0: 1.0}, {1: 1.0})
+
+
+def test_the_bootstrap_is_seeded_so_reruns_print_the_same_bounds():
+    samples = [random.Random(3).uniform(0, 1) for _ in range(20)]
+    assert stats.estimate(samples) == stats.estimate(samples)
+
+
+@pytest.mark.parametrize("n", [2, 3, 5])
+def test_the_rotation_balances_positions_and_gives_abba_for_two(n):
+    items = list("ABCDE"[:n])
+    orders = stats.rotation(items, 2 * n)
+    assert all(sorted(order) == items for order in orders)
+    for item in items:
+        positions = [order.index(item) for order in orders]
+        assert sorted(positions) == sorted(list(range(n)) * 2), (item, positions)
+    if n == 2:
+        assert ["".join(o) for o in stats.rotation(items, 4)] == ["AB", "BA", "BA", "AB"]
