@@ -92,3 +92,26 @@ def test_a_server_killed_mid_run_fails_the_tier_and_leaves_nothing(tiny_model, t
         windows = json.loads((run_dir / "summary.json").read_text())["windows"]
         assert sum(w["requests"]["failed"] for w in windows) > 0
         assert not all(attribution("dram", w)["valid"] for w in windows)
+
+
+@pytest.mark.parametrize("eviction", ["clear", "restart"])
+def test_both_l2_evictions_resume_from_l2_with_the_same_outputs(tiny_model, tmp_path, eviction):
+    from kvtier.runs.campaign import _outputs
+    from kvtier.runs.tier_run import TierSettings, run_tier
+    settings = TierSettings(model_dir=str(tiny_model), served_name="tiny", sessions=2, context_tokens=1024,
+                            followup_tokens=16, output_tokens=8, concurrency=[2], max_model_len=8192,
+                            engine_kv_gib=1, lmcache_l1_gb=0.5, timeout_s=120, l2_eviction=eviction,
+                            local_disk_path=str(tmp_path / "pool"), shared_pool_path=str(tmp_path / "shared"))
+    summary = run_tier("local_disk", settings, tmp_path / "run")
+    (window,) = summary["windows"]
+    row = attribution("local_disk", window)
+    assert row["valid"] and row["l2_hit_tokens"] >= 1024 and row["l1_hit_tokens"] == 0, row
+    log = (tmp_path / "run" / "server_logs" / "vllm.log").read_text()
+    starts = log.count("Application startup complete.")
+    assert starts == (1 if eviction == "clear" else 2), f"{eviction}: {starts} vLLM starts"
+    outputs = _outputs(tmp_path / "run")
+    EXPECTED.setdefault("outputs", outputs)
+    assert outputs == EXPECTED["outputs"], "the two evictions resumed to different greedy outputs"
+
+
+EXPECTED: dict = {}  # the first eviction's outputs, for the second to match

@@ -3,8 +3,9 @@
     recompute    vLLM without prefix caching and without a connector: every resume prefills the whole context
     engine       vLLM's own prefix cache (the "VRAM" tier): nothing is evicted, the prefix is still resident
     dram         + LMCache L1 in host memory: the engine prefix cache is reset before each resume
-    local_disk   + LMCache L2 (fs adapter) on a local directory: both servers restart on the same pool before
-                 each resume (empty engine cache and empty L1) and the pool files leave the page cache
+    local_disk   + LMCache L2 (fs adapter) on a local directory: before each resume the engine's prefix cache
+                 and LMCache's L1 are emptied (through their APIs, or by restarting both servers on the same
+                 pool: `l2_eviction`) and the pool files leave the page cache
     shared_pool  the same on the shared-pool directory (a second local directory unless configured otherwise)
 
 and R3's run, `cross_instance`: two vLLM + LMCache pairs on the shared pool, A populates, B resumes.
@@ -34,6 +35,7 @@ from ..stack.lmcache_server import LMCacheServer
 from ..stack.vllm_server import VllmServer
 
 POOL_FILE = "pool_after_populate.json"
+L2_EVICTIONS = ("clear", "restart")
 
 
 @dataclass
@@ -68,6 +70,13 @@ class TierSettings:
     lmcache_transfer: str = "shm"
     # Quiet preconditions before every measured window (kvtier.probes.quiet.QuietBounds fields); None: no check.
     quiet: dict | None = None
+    # How an L2 tier empties the engine's cache and LMCache's L1 before a resume: through the servers' APIs
+    # ("clear": vLLM's /reset_prefix_cache and LMCache's /cache/clear) or by restarting both ("restart").
+    l2_eviction: str = "clear"
+
+    def __post_init__(self):
+        if self.l2_eviction not in L2_EVICTIONS:
+            raise KvtierError(f"l2_eviction {self.l2_eviction!r}: one of {', '.join(L2_EVICTIONS)}")
 
 
 def pool_state(directory: str | os.PathLike) -> dict:
@@ -163,10 +172,16 @@ class TierStack:
         if self.tier == "dram":
             reset_prefix_cache(self.vllm.base_url)
             return
-        # L2 tiers: restart both servers on the same pool (empty engine cache, empty L1), and make the pool's
-        # files cold, so that the resume reads them from the device. LMCache writes L2 behind the request, so
-        # first let the pool settle: a store cut short by the restart would turn into a miss.
+        # L2 tiers: empty the engine's prefix cache and LMCache's L1, and make the pool's files cold, so that the
+        # resume reads them from the device. LMCache writes L2 behind the request, so first let the pool settle:
+        # a store cut short would turn into a miss. `clear` empties both caches through the servers' own APIs;
+        # `restart` restarts both servers on the same pool (slower: a vLLM start per window).
         wait_pool_settled(self.pool)
+        if self.settings.l2_eviction == "clear":
+            reset_prefix_cache(self.vllm.base_url)
+            self.lmcache.clear_l1()
+            pagecache.drop(self.pool)
+            return
         self.stop()
         pagecache.drop(self.pool)
         if self.lmcache:
@@ -224,7 +239,7 @@ class _ReaderEviction:
     """Instance B's eviction before each resume. Before the first, B has never seen a session (its engine cache
     and L1 are empty by construction), so only the pool's page cache is dropped: B's LMCache, running since
     before A wrote anything, finds A's chunks on the shared pool by itself. Before every later resume B holds
-    the sessions from the previous one, so it is evicted like an L2 tier (both its servers restarted)."""
+    the sessions from the previous one, so it is evicted like an L2 tier (`l2_eviction`)."""
 
     def __init__(self, reader: TierStack, run_dir: Path):
         self.reader, self.run_dir, self.calls = reader, run_dir, 0

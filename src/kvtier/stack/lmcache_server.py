@@ -85,3 +85,14 @@ class LMCacheServer(ManagedProcess):
 
     def ready(self) -> bool:
         return web.answers(self.metrics_url)
+
+    def clear_l1(self) -> None:
+        """Empty L1 through the server's own HTTP API (POST /cache/clear): what a restart would empty, without
+        one. L2 is untouched, so the next lookup of a stored prefix is an L2 hit."""
+        url = f"http://127.0.0.1:{self.http_port}/cache/clear"
+        try:
+            answer = json.loads(web.request(url, payload={"tier": "l1", "force": False}, timeout_s=60))
+        except web.ERRORS as exc:
+            raise KvtierError(f"LMCache: POST {url} failed ({exc}); log {self.log_path}") from None
+        if answer.get("status") != "ok":
+            raise KvtierError(f"LMCache: POST {url} answered {answer}")
