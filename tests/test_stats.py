@@ -5,6 +5,7 @@ import random
 import pytest
 
 from kvtier.evidence import stats
+from kvtier.runs import order
 
 
 def test_a_clear_effect_is_faster_and_its_interval_excludes_one():
@@ -68,10 +69,10 @@ def test_the_bootstrap_is_seeded_so_reruns_print_the_same_bounds():
 @pytest.mark.parametrize("n", [2, 3, 5])
 def test_the_rotation_balances_positions_and_gives_abba_for_two(n):
     items = list("ABCDE"[:n])
-    orders = stats.rotation(items, 2 * n)
+    orders = order.rotation(items, 2 * n)
     assert all(sorted(order) == items for order in orders)
     for item in items:
         positions = [order.index(item) for order in orders]
         assert sorted(positions) == sorted(list(range(n)) * 2), (item, positions)
     if n == 2:
-        assert ["".join(o) for o in stats.rotation(items, 4)] == ["AB", "BA", "BA", "AB"]
+        assert ["".join(o) for o in order.rotation(items, 4)] == ["AB", "BA", "BA", "AB"]

@@ -22,7 +22,7 @@ import math
 import random
 from dataclasses import asdict, dataclass
 from statistics import median
-from typing import Iterable, Sequence
+from typing import Iterable
 
 CONFIDENCE = 0.95
 BOOTSTRAP_MIN_ROUNDS = 8
@@ -132,16 +132,3 @@ def target(figure: Estimate, threshold: float, at_least: bool = True) -> str:
         return NOT_MET
     return UNDECIDED
 
-
-def rotation(items: Sequence, rounds: int) -> list[list]:
-    """The order of `items` in each of `rounds` rounds: round 2s is the items rotated by s, round 2s + 1 the
-    same reversed. Over 2 × len(items) rounds every item takes every position twice, and no item always follows
-    the same neighbour; two items give A B, B A, B A, A B (ABBA)."""
-    items = list(items)
-    n = len(items)
-    orders = []
-    for r in range(rounds):
-        shift = (r // 2) % n if n else 0
-        order = items[shift:] + items[:shift]
-        orders.append(order if r % 2 == 0 else order[::-1])
-    return orders
