@@ -29,6 +29,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from ..bench.records import RecordWriter
 from ..bench.runner import RUN_FILE, now_utc, write_run
@@ -148,6 +149,7 @@ def run_reads(settings: ReadSettings, run_dir: str | os.PathLike) -> dict:
         shards = ckptsave.state_dict_shards(spec)
         chunk_bytes = int(settings.chunk_mib * 2**20)
         targets = {"local_disk": settings.local_disk_path, "shared_pool": settings.pool_path}
+        check = quiet.hook(settings.quiet)  # built once, called before each timed read and save
         try:
             with RecordWriter(run_dir / COLDREAD_FILE) as coldreads, RecordWriter(run_dir / FIO_FILE) as fios, \
                     RecordWriter(run_dir / CHECKPOINT_FILE) as checkpoints:
@@ -159,13 +161,13 @@ def run_reads(settings: ReadSettings, run_dir: str | os.PathLike) -> dict:
                                                  bounds if build == "patched" else [1]):
                             coldreads.write({"round": round_, "build": build, **record})
                     for depth in settings.queue_depths:
-                        found = _quiet(settings.quiet)
+                        found = _quiet(check)
                         fios.write({"round": round_, **fio.direct_read(pool, settings.chunks * chunk_bytes,
                                                                        chunk_bytes, depth, settings.timeout_s),
                                     "quiet": found})
                     for target, directory in targets.items():
                         for writer in (ckptsave.WRITERS if round_ % 2 == 0 else ckptsave.WRITERS[::-1]):
-                            found = _quiet(settings.quiet)
+                            found = _quiet(check)
                             checkpoints.write({"round": round_, "target": target,
                                                **ckptsave.save(shards, directory, writer), "quiet": found})
         finally:
@@ -185,21 +187,20 @@ class ResumeSettings:
                 raise KvtierError(f"R1 resume settings: {name} must be a positive integer, not {value!r}")
 
 
-def _quiet(bounds: dict | None) -> dict | None:
-    """Wait for a quiet machine (kvtier.probes.quiet) and return what was found; None when not asked to."""
-    check = quiet.hook(bounds)
+def _quiet(check: Callable[[], dict] | None) -> dict | None:
+    """Wait for a quiet machine with a kvtier.probes.quiet.hook and return what was found; None without one."""
     return check() if check else None
 
 
-def raw_read(pool: Path, bounds: dict | None = None) -> dict:
+def raw_read(pool: Path, check: Callable[[], dict] | None = None) -> dict:
     """Read every chunk file of `pool` whole, one after another, right after dropping them from the page cache
-    (and waiting for a quiet machine, with `bounds`)."""
+    (and waiting for a quiet machine, with a quiet `check`)."""
     files = [p for p in pagecache.files_under(pool) if p.name.endswith(".data")]
     if not files:
         raise KvtierError(f"{pool}: no chunk files to read")
     pagecache.drop(pool)
     resident = pagecache.resident_bytes(pool)
-    found = _quiet(bounds)
+    found = _quiet(check)
     total = 0
     start = time.perf_counter()
     for path in files:
@@ -227,9 +228,10 @@ def run_resume(tier_settings, resume: ResumeSettings, run_dir: str | os.PathLike
     run_tier("local_disk", settings, run_dir / RESUME_RUN)
     with _RunRecord(run_dir, "r1-resume", asdict(resume), {"tier_run": RESUME_RUN, "engine_hit_run": ENGINE_HIT_RUN,
                                                            "pool": str(pool)}):
+        check = quiet.hook(tier_settings.quiet)
         with RecordWriter(run_dir / RAWREAD_FILE) as rawreads:
             for round_ in range(resume.rawread_rounds):
-                rawreads.write({"round": round_, **raw_read(pool, tier_settings.quiet)})
+                rawreads.write({"round": round_, **raw_read(pool, check)})
         shutil.rmtree(pool, ignore_errors=True)
         run_tier("engine", settings, run_dir / ENGINE_HIT_RUN)
     return json.loads((run_dir / RUN_FILE).read_text())
