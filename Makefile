@@ -7,7 +7,10 @@ export PATH := $(BIN):$(PATH)
 # google-api-core (pulled in by snakemake's smart_open) warns on every start about Python 3.11's end of life.
 export PYTHONWARNINGS := ignore::FutureWarning:google.api_core._python_version_support
 
-.PHONY: env evidence test lint
+# What `make test` adds: headless Chromium and a CJK font, so that the page screenshots are checked too.
+TEST_TOOLS := chromium=chromium font:zh=fonts-noto-cjk
+
+.PHONY: env test-tools evidence test lint screenshots
 
 env:
 	@$(PYTHON) workflow/scripts/bootstrap_env.py --venv $(VENV)
@@ -16,8 +19,15 @@ env:
 evidence: env
 	snakemake --cores all
 
-test: env
+test-tools:
+	@sh workflow/scripts/system_tools.sh $(TEST_TOOLS)
+
+test: env test-tools
 	python -m pytest
+
+# How readers see the rendered pages: a PNG of each under screenshots/ (after `make evidence`).
+screenshots: env test-tools
+	kvtier screenshots --evidence-dir evidence --out-dir screenshots
 
 lint: env
 	snakemake --lint

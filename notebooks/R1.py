@@ -67,6 +67,11 @@ display(Markdown(r1.conditions_markdown(measured.conditions)))
 # rewards parallel reads (fio's best depth ≥ 1.5 × depth 1); on a device that does not, patched ≥ upstream. The
 # configured bound (`lmcache.load_concurrency`, what the tier runs use) ≥ 0.8 × fio at that depth. A resume from L2
 # within 2 × the raw read time of its chunk files.
+#
+# Each figure is the median of per-round ratios (both sides read in the same round, in alternating order), shown
+# with its interval (`kvtier.evidence.stats`; the resume's from the sessions' TTFTs and the raw-read rounds). A
+# target is **MET** only when the whole interval clears it, **NOT MET** when the whole interval misses it, and
+# **UNDECIDED** otherwise.
 
 # %% tags=["nbval-check-output"]
 print(r1.targets_text(measured))
@@ -83,7 +88,8 @@ print()
 print(measured.fio.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
 
 # %% [markdown]
-# The patched worker at each load bound beside fio at the same queue depth:
+# The patched worker at each load bound beside fio at the same queue depth: the medians, and `patched_over_fio`,
+# the median of the per-round ratios with its interval (`low`, `high`) over `rounds` rounds:
 
 # %% tags=["nbval-check-output"]
 print(measured.matching.to_string(index=False, float_format=lambda v: f"{v:.3f}"))

@@ -18,10 +18,11 @@
 # instances, each with its own LMCache server, share one pool directory. Instance A (the writer) populates every
 # session; instance B (the reader), whose LMCache has been running on an empty L1 since before A wrote anything,
 # resumes them at each concurrency. Before the first resume only the pool's page cache is dropped (B has never
-# seen a session); before each later one B's servers restart on the pool, as for the L2 tiers. A window counts
+# seen a session); before each later one B is evicted as the L2 tiers are (`runs.l2_eviction`). A window counts
 # only when B's prompt came from LMCache L2 and A served nothing during it. Readings are in the published R2
-# table's shape, beside the same-instance shared pool and recompute of the same campaign; figures are computed
-# by `kvtier.evidence.measured` (item R3) and `kvtier.evidence.tables`, the verdict by `kvtier.evidence.r3`.
+# table's shape, beside the same-instance shared pool and recompute of the same campaign, measured in the same
+# rounds; figures are the median over the rounds, and every comparison carries its interval and a verdict word
+# (`kvtier.evidence.measured`, item R3, and `kvtier.evidence.stats`); the sharing verdict is `kvtier.evidence.r3`'s.
 
 # %% tags=["parameters"]
 campaign_dir = "../tests/fixtures/campaign"  # a campaign's tables (R2_readings.csv, attribution.csv, ...)
@@ -51,25 +52,39 @@ display(Markdown(conditions.campaign_markdown(shared.conditions)))
 print(textwrap.fill(r3.verdict_text(shared), width=110))
 
 # %% [markdown]
-# ## Readings: TTFT p50 (s) and output tok/s per concurrency
+# ## Readings: TTFT p50 (s) and output tok/s per concurrency, median over the rounds
 #
 # One column per concurrency. `cross_instance` is instance B resuming from the pool A wrote; `shared_pool` is
 # one instance resuming from the pool it wrote itself (R2_local). An empty cell (NaN) is a window that was not
-# valid (see attribution).
+# valid in any round (see attribution).
 
 # %% tags=["nbval-check-output"]
 print(shared.table.set_index("concurrency").T.to_string(float_format=lambda v: f"{v:.4g}"))
 
 # %% [markdown]
-# ## Against recompute, and against the same instance
+# ## Against the same instance, and against recompute
 #
-# `ttft_p50_speedup` = baseline TTFT p50 / tier TTFT p50; `output_tok_s_gain_pct` = 100 × (tier / baseline − 1).
+# Each comparison is taken round by round and summarised as the median ratio, its interval and one word
+# (**faster**, **slower**, **no difference measured**: `kvtier.evidence.stats`). `ttft_p50_speedup` = baseline
+# TTFT p50 / tier TTFT p50; `output_tok_s_ratio` = tier / baseline output tok/s.
+
+# %% tags=["nbval-check-output"]
+print(measured.verdict_text(shared.comparisons["vs_same_instance"]))
 
 # %%
-display(shared.comparisons["vs_recompute"].style.hide(axis="index").format(precision=3))
+display(measured.styled(shared.comparisons["vs_same_instance"]))
+
+# %% tags=["nbval-check-output"]
+print(measured.verdict_text(shared.comparisons["vs_recompute"]))
 
 # %%
-display(shared.comparisons["vs_same_instance"].style.hide(axis="index").format(precision=3))
+display(measured.styled(shared.comparisons["vs_recompute"]))
+
+# %% [markdown]
+# ## Every round's readings
+
+# %%
+display(measured.rounds_table(shared).style.format(precision=4))
 
 # %% [markdown]
 # ## Attribution: instance B's prompt sources and L2 hits, instance A's activity
@@ -78,7 +93,7 @@ display(shared.comparisons["vs_same_instance"].style.hide(axis="index").format(p
 # of A's prompt tokens (`writer_prompt_tokens`, which must be 0).
 
 # %% tags=["nbval-check-output"]
-print(shared.attribution[["concurrency", "prompt_tokens", "external_kv_transfer", "l1_hit_tokens",
+print(shared.attribution[["round", "concurrency", "prompt_tokens", "external_kv_transfer", "l1_hit_tokens",
                           "l2_hit_tokens", "writer_prompt_tokens", "valid"]].to_string(index=False))
 
 # %% [markdown]

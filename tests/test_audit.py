@@ -200,3 +200,27 @@ def test_cli_re_evaluates_ratio_claims_on_a_runs_directory(tmp_path):
     local = verdicts["003-tok-gain-vs-local"]["local"]["definitions"][0]
     assert local["values"] == [{"c": 8, "value": pytest.approx(20.0)}] and local["missing"] == [16, 32]
     assert verdicts["003-table-c8-pool-ttft"]["local"]["status"] == "not compared"
+
+
+def test_cli_gives_every_local_value_its_interval_over_the_campaigns_rounds(tmp_path):
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    (runs / "R2_readings.csv").write_text("tier,concurrency,ttft_p50_s,output_tok_s\n"
+                                          "shared_pool,8,0.5,120\nlocal_disk,8,0.8,100\n")
+    # Three rounds of pool vs local-disk output tok/s: gains of 20 %, 10 % and 30 %.
+    (runs / "R2_rounds.csv").write_text("round,tier,concurrency,ttft_p50_s,output_tok_s\n"
+                                        "1,shared_pool,8,0.5,120\n1,local_disk,8,0.8,100\n"
+                                        "2,shared_pool,8,0.5,110\n2,local_disk,8,0.8,100\n"
+                                        "3,shared_pool,8,0.5,130\n3,local_disk,8,0.8,100\n")
+    run(["kvtier", "audit", "--runs", str(runs), "--out-dir", str(tmp_path / "out")], cwd=ROOT)
+    verdicts = {v["id"]: v for v in json.loads((tmp_path / "out" / "verdicts.json").read_text())}
+    claim = verdicts["003-tok-gain-vs-local"]
+    [at_8] = claim["local"]["definitions"][0]["over_rounds"]
+    assert at_8["c"] == 8 and at_8["rounds"] == 3
+    assert (at_8["point"], at_8["low"], at_8["high"]) == pytest.approx((20.0, 10.0, 30.0))
+    assert "min–max of 3 rounds" in at_8["method"]
+    assert claim["claimed"] == [29, 40] and at_8["holds_claimed"] is True  # [10, 30] meets the claimed 29–40 %
+    # A malformed rounds file is refused, naming the file and the line.
+    (runs / "R2_rounds.csv").write_text("round,tier,concurrency,ttft_p50_s,output_tok_s\nx,local_disk,8,0.8,100\n")
+    proc = run(["kvtier", "audit", "--runs", str(runs)], cwd=ROOT, check=False)
+    assert proc.returncode != 0 and "R2_rounds.csv, line 2: column 'round'" in proc.stderr

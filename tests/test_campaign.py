@@ -50,12 +50,52 @@ def test_a_window_with_failed_requests_is_invalid():
     assert row["valid"] is False and "1 request(s) failed" in row["rule"]
 
 
+def rounds_frame(rows):
+    return pd.DataFrame(rows, columns=["round", "tier", "concurrency", "ttft_p50_s", "output_tok_s"])
+
+
+def test_comparisons_are_paired_by_round_and_carry_an_interval_and_a_word():
+    from kvtier.runs.campaign import medians
+    # Round 2 was slow for both tiers (the machine drifted): paired by round, the pool is still 2x faster.
+    by_round = rounds_frame([
+        (1, "shared_pool", 8, 0.5, 100), (1, "local_disk", 8, 1.0, 100), (1, "local_disk", 16, 1.0, 100),
+        (2, "shared_pool", 8, 2.0, 100), (2, "local_disk", 8, 4.0, 100), (2, "local_disk", 16, 1.1, 100),
+        (3, "shared_pool", 8, 0.6, 100), (3, "local_disk", 8, 1.2, 100), (3, "local_disk", 16, 0.9, None),
+        (1, "shared_pool", 16, 1.0, 110), (2, "shared_pool", 16, 1.0, 90), (3, "shared_pool", 16, None, None),
+    ])
+    frame = measured.compare_rounds(by_round, (("shared_pool", "local_disk"),)).set_index("concurrency")
+    assert frame.loc[8, "ttft_p50_speedup"] == pytest.approx(2.0)
+    assert (frame.loc[8, "ttft_speedup_low"], frame.loc[8, "ttft_speedup_high"]) == pytest.approx((2.0, 2.0))
+    assert frame.loc[8, "ttft_verdict"] == "faster" and frame.loc[8, "output_tok_s_verdict"] == "no difference measured"
+    # At 16 round 3's pool window was invalid: two rounds compared, one a bit faster and one a bit slower.
+    assert frame.loc[16, "rounds"] == 2 and frame.loc[16, "ttft_verdict"] == "no difference measured"
+    assert frame.loc[16, "output_tok_s_ratio"] == pytest.approx((1.1 + 0.9) / 2)
+    assert "min–max of 2 rounds" in frame.loc[16, "interval"]
+    text = measured.verdict_text(frame.reset_index())
+    assert "concurrency 8: TTFT FASTER, speed-up 2x [2, 2]" in text
+    # The medians in the published shape: invalid windows left out, NaN where no round was valid.
+    mid = medians(by_round).set_index(["tier", "concurrency"])
+    assert mid.loc[("local_disk", 8), "ttft_p50_s"] == pytest.approx(1.2)
+    assert mid.loc[("shared_pool", 16), "ttft_p50_s"] == pytest.approx(1.0)
+    assert mid.loc[("local_disk", 16), "output_tok_s"] == pytest.approx(100)
+
+
+def test_one_round_gives_figures_but_no_verdict():
+    by_round = rounds_frame([(1, "dram", 8, 0.5, 100), (1, "recompute", 8, 5.0, 10)])
+    [row] = measured.compare_rounds(by_round, (("dram", "recompute"),)).itertuples()
+    assert row.ttft_p50_speedup == pytest.approx(10) and row.ttft_verdict == "one round: not decided"
+    assert measured.compare_rounds(by_round, (("dram", "engine"),)).empty
+
+
 def test_r2_local_tables_from_a_real_campaign():
     local = measured.load(ROOT / "tests" / "fixtures" / "campaign", "R2_local")
     vs_recompute = local.comparisons["vs_recompute"]
     assert set(vs_recompute["tier"]) == {"engine", "dram", "local_disk", "shared_pool"}
     speedup = vs_recompute.set_index(["tier", "concurrency"])["ttft_p50_speedup"]
     assert (speedup > 1).all(), "every cached tier beats recompute on TTFT"
+    assert (vs_recompute["ttft_verdict"] == "faster").all() and (vs_recompute["rounds"] >= 2).all()
+    assert set(local.rounds["round"]) == set(local.conditions["rounds"]) and len(local.conditions["rounds"]) >= 2
+    assert "Rounds" in conditions.campaign_markdown(local.conditions)
     assert "same device" in conditions.campaign_markdown(local.conditions)
     assert "cross_instance" not in set(local.readings["tier"]), "R3's run has its own page"
 

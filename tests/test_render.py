@@ -41,6 +41,21 @@ def test_render_executes_converts_and_seals_with_a_manifest(tmp_path):
     assert {o["path"].rsplit("/", 1)[1] for o in manifest["outputs"]} == {"X.html", "X.ipynb", "table.csv"}
 
 
+def test_pages_fold_their_code_and_draw_chinese_with_a_cjk_font_stack(tmp_path):
+    nb = make_notebook(tmp_path / "X.ipynb", "print('对比本地 NVMe 单盘：吞吐提升 29–40%')\nsecret_marker = 1")
+    out = tmp_path / "out"
+    page = render.render("X", nb, out, {"out_dir": str(out)}, [], cwd=tmp_path).read_text()
+    folded = page.split('<details class="kvtier-code">')
+    assert len(folded) == 4, "every code cell folded"  # the parameters, papermill's injected ones, the body
+    assert "secret_marker" in folded[3].split("</details>")[0], "the code is inside the fold"
+    assert "对比本地 NVMe 单盘" in page.split("</details>")[-1], "the output stays visible, after the fold"
+    assert "Noto Sans CJK SC" in page and "overflow-x: auto" in page
+    # nbconvert's own templates are still there to choose.
+    plain = render.render("X", nb, tmp_path / "lab", {"out_dir": str(tmp_path / "lab")}, [], html_template="lab",
+                          cwd=tmp_path).read_text()
+    assert "kvtier-code" not in plain and "secret_marker" in plain
+
+
 def test_a_failing_cell_is_named_and_leaves_nothing_half_written(tmp_path):
     nb = make_notebook(tmp_path / "X.ipynb", WRITE_THEN + "raise ValueError('reading out of range')\n")
     out = tmp_path / "X"

@@ -76,3 +76,22 @@ def test_the_rotation_balances_positions_and_gives_abba_for_two(n):
         assert sorted(positions) == sorted(list(range(n)) * 2), (item, positions)
     if n == 2:
         assert ["".join(o) for o in order.rotation(items, 4)] == ["AB", "BA", "BA", "AB"]
+
+
+def test_a_quotient_of_figures_measured_apart_takes_its_interval_from_their_ends():
+    ttft = stats.estimate([2.0, 2.2, 2.4])  # sessions' TTFT, s
+    raw = stats.estimate([1.0, 1.1])  # raw read rounds, s
+    q = stats.quotient(ttft, raw)
+    assert (q.point, q.low, q.high, q.rounds) == pytest.approx((2.2 / 1.05, 2.0 / 1.1, 2.4 / 1.0, 2))
+    assert stats.target(q, 2.0, at_least=False) == stats.UNDECIDED  # [1.82, 2.4] straddles the bound
+    assert stats.target(stats.quotient(ttft, stats.estimate([2.0, 2.1])), 2.0, at_least=False) == stats.MET
+    assert stats.quotient(stats.estimate([3.0]), raw).method == "one round: no interval"
+    with pytest.raises(ValueError, match="reaches zero"):
+        stats.quotient(ttft, stats.estimate([0.0, 1.0]))
+
+
+def test_the_schedule_chains_every_run_after_the_one_before():
+    plan = order.schedule(["A", "B", "C"], 2)
+    assert plan == [(1, "A"), (1, "B"), (1, "C"), (2, "C"), (2, "B"), (2, "A")]
+    assert order.before(plan, 1, "A") == [] and order.before(plan, 2, "C") == [(1, "C")]
+    assert [order.before(plan, *run) for run in plan[1:]] == [[run] for run in plan[:-1]]

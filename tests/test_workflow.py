@@ -25,7 +25,7 @@ R2_OUTPUTS = ["R2.html", "R2.ipynb", "R2_table.csv", "R2_pool_vs_local_disk.csv"
 
 # The tests run the default target with the small preset: every tier, fewer and shorter sessions.
 PRESET = ["--configfile", "config/presets/test.yaml"]
-ALL_JOBS = {"model": 1, "lmcache_build": 2, "tier_run": 6, "campaign": 1, "render_R2_local": 1, "render_R3": 1,
+ALL_JOBS = {"model": 1, "lmcache_build": 2, "tier_run": 12, "campaign": 1, "render_R2_local": 1, "render_R3": 1,
             "r1_reads": 1, "r1_resume": 1, "render_R1": 1, "render_R2": 1, "render_audit": 1, "index": 1, "all": 1}
 
 
@@ -33,7 +33,7 @@ ALL_JOBS = {"model": 1, "lmcache_build": 2, "tier_run": 6, "campaign": 1, "rende
 def built(tmp_path_factory):
     """One project copy on which the default target has run (test preset)."""
     project = copy_project(tmp_path_factory.mktemp("built") / "kvtier")
-    run(["snakemake", "--cores", "2", *PRESET], cwd=project, timeout=1200)
+    run(["snakemake", "--cores", "2", *PRESET], cwd=project, timeout=2400)
     return project
 
 
@@ -194,7 +194,7 @@ def test_r3_instance_b_resumes_from_the_pool_instance_a_wrote(built):
     assert verdict["writer_files"] > 0 and all(h > 0 for h in verdict["l2_hit_tokens"])
     assert (shared.attribution["writer_prompt_tokens"] == 0).all()
     assert shared.readings.set_index("tier").loc["cross_instance", "ttft_p50_s"].notna().all()
-    run = json.loads((built / "raw_data" / "runs" / "test" / "cross_instance" / "run.json").read_text())
+    run = json.loads((built / "raw_data" / "runs" / "test" / "round-1" / "cross_instance" / "run.json").read_text())
     servers = run["metadata"]["servers"]
     model_of = {role: cmd["vllm"][cmd["vllm"].index("--model") + 1] for role, cmd in servers.items()}
     assert model_of["reader"] == model_of["writer"], "LMCache keys pool files by vLLM's --model string"
@@ -205,11 +205,36 @@ def test_r3_instance_b_resumes_from_the_pool_instance_a_wrote(built):
     pd.testing.assert_frame_equal(rendered, shared.table.reset_index(drop=True), check_dtype=False, obj="table")
 
 
+def test_the_tiers_ran_in_interleaved_rounds_one_at_a_time_and_pages_decide_with_intervals(built):
+    from kvtier.evidence import measured
+    from kvtier.runs.order import schedule
+    campaign = built / "raw_data" / "runs" / "test"
+    conditions = json.loads((campaign / "conditions.json").read_text())
+    kinds = ["recompute", "engine", "dram", "local_disk", "shared_pool", "cross_instance"]
+    # The order they actually ran in (by their own start times) is the rotation's.
+    expected = schedule(kinds, 2)
+    assert [(run["round"], run["kind"]) for run in conditions["order"]] == expected
+    # One at a time: each run ended before the next began.
+    records = [json.loads((campaign / f"round-{r}" / kind / "run.json").read_text()) for r, kind in expected]
+    assert all(before["end"] <= after["start"] for before, after in zip(records, records[1:]))
+    by_round = read_table(campaign / "R2_rounds.csv")
+    assert sorted(set(by_round["round"])) == [1, 2] and by_round["ttft_p50_s"].notna().all()
+    # Every comparison on the pages carries its interval and a word; recompute is far slower than any cache.
+    local = measured.load(campaign, "R2_local")
+    vs_recompute = local.comparisons["vs_recompute"]
+    assert (vs_recompute["rounds"] == 2).all() and (vs_recompute["ttft_verdict"] == "faster").all()
+    page = (built / "evidence" / "R2_local" / "R2_local.html").read_text()
+    assert "TTFT FASTER, speed-up" in page and "min–max of 2 rounds" in page and "Rounds" in page
+    assert '<details class="kvtier-code">' in page
+    pool = local.comparisons["pool_vs_local_disk"]
+    assert set(pool["ttft_verdict"]) <= {"faster", "slower", "no difference measured"}
+
+
 def test_every_run_records_its_platform(built):
     from kvtier.probes import platform_probe
     from kvtier.stack.model import config_hash
     campaign = built / "raw_data" / "runs" / "test"
-    for run_dir in sorted(p for p in campaign.iterdir() if p.is_dir() and p.name != "R1"):
+    for run_dir in sorted(campaign.glob("round-*/*")):
         record = platform_probe.read(run_dir / "probes" / "platform.json")
         assert record["model"]["config_hash"] == config_hash(built / "models" / "kvtier-model"), run_dir.name
         assert set(record["storage"]) >= {"local_disk", "shared_pool", "model", "run_dir"}
@@ -219,7 +244,7 @@ def test_every_run_records_its_platform(built):
     lmcache = conditions["platform"]["software"]["lmcache"]
     build = json.loads((built / "build" / "lmcache" / "patched" / "build.json").read_text())
     assert lmcache["patch_set"] == build["patch_set"] != "none" and lmcache["build"]["artifact"] == build["artifact"]
-    log = (campaign / "local_disk" / "server_logs" / "lmcache.log").read_text()
+    log = (campaign / "round-1" / "local_disk" / "server_logs" / "lmcache.log").read_text()
     assert "load_concurrency=16" in log, "the L2 adapter of the patched build, with the configured bound"
 
 

@@ -51,6 +51,17 @@ def _cmd_index(args) -> None:
     print(f"wrote {index.build(args.evidence_dir, args.item)}")
 
 
+def _cmd_screenshots(args) -> None:
+    from .evidence import screenshots
+    written, drawn = screenshots.shoot_all(args.evidence_dir, args.out_dir)
+    for path in written:
+        print(f"wrote {path}")
+    print("Chinese text: drawn with a CJK font" if drawn else
+          f"Chinese text: NOT drawn (boxes): no CJK font here; {screenshots.INSTALL}")
+    if not drawn and args.require_cjk:
+        raise KvtierError("Chinese text is not drawn on this machine (--require-cjk)")
+
+
 def _cmd_r2(args) -> None:
     from .evidence import r2
     derived = r2.load(args.published_dir)
@@ -68,10 +79,13 @@ def _cmd_notebook_sync(args) -> None:
 def _cmd_audit(args) -> None:
     from .audit import audit as run_audit
     from .audit import crosschecks, ledger, load_tables, report
-    from .evidence.published import R2_SPEC, load_table
+    from .evidence.published import R2_ROUNDS_SPEC, R2_SPEC, load_rounds, load_table
     claims = ledger.load(args.claims, args.published_dir)
     local = {"R2": load_table(Path(args.runs) / R2_SPEC.file, R2_SPEC)} if args.runs else None
-    results = run_audit(claims, load_tables(args.published_dir), local)
+    # A campaign's rounds, where it kept them, give every local value its interval.
+    by_round = Path(args.runs or "") / R2_ROUNDS_SPEC.file
+    rounds = {r: {"R2": t} for r, t in load_rounds(by_round).items()} if args.runs and by_round.is_file() else None
+    results = run_audit(claims, load_tables(args.published_dir), local, rounds)
     if args.out_dir:
         for path in report.write(results, crosschecks.all_checks(results), args.out_dir):
             print(f"wrote {path}")
@@ -210,13 +224,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--input", action="append", default=[], metavar="FILE",
                    help="raw input file to hash into the manifest (repeatable)")
     p.add_argument("--cell-timeout-s", type=int, default=600)
-    p.add_argument("--html-template", default="lab")
+    p.add_argument("--html-template", default="kvtier", choices=["kvtier", "lab", "classic", "basic"],
+                   help="nbconvert template: kvtier (code folded), or nbconvert's own")
     p.set_defaults(func=_cmd_render)
 
     p = sub.add_parser("index", help="write evidence/index.html and evidence/manifest.json")
     p.add_argument("--evidence-dir", default="evidence")
     p.add_argument("--item", action="append", default=[], required=True, help="rendered item id (repeatable)")
     p.set_defaults(func=_cmd_index)
+
+    p = sub.add_parser("screenshots", help="headless Chromium screenshots of every rendered page (a maintainer's "
+                       "check of how readers see them)")
+    p.add_argument("--evidence-dir", default="evidence")
+    p.add_argument("--out-dir", default="screenshots")
+    p.add_argument("--require-cjk", action="store_true", help="fail when Chinese is drawn as boxes")
+    p.set_defaults(func=_cmd_screenshots)
 
     p = sub.add_parser("r2", help="print the published R2 table regenerated from its readings, and the derived figures")
     p.add_argument("--published-dir", default="raw_data/published")
@@ -226,8 +248,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--claims", default="raw_data/published/claims.yaml", help="the claims ledger")
     p.add_argument("--published-dir", default="raw_data/published", help="published readings and sources/")
     p.add_argument("--out-dir", help="write verdicts.json/.csv and cross_checks.json/.csv here")
-    p.add_argument("--runs", metavar="DIR", help="measured readings (R2_readings.csv in DIR): re-evaluate ratio "
-                   "claims on them as a local analogue")
+    p.add_argument("--runs", metavar="DIR", help="a campaign (R2_readings.csv in DIR, and R2_rounds.csv where "
+                   "kept): re-evaluate ratio claims on it as a local analogue, each value with its interval over "
+                   "the rounds")
     p.set_defaults(func=_cmd_audit)
 
     p = sub.add_parser("bench", help="measure an OpenAI-compatible server: cold-resume sessions, random requests "

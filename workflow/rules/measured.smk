@@ -7,6 +7,7 @@ rule render_R2_local:
     input:
         notebook="notebooks/R2_local.ipynb",
         readings=f"{CAMPAIGN_DIR}/R2_readings.csv",
+        rounds=f"{CAMPAIGN_DIR}/R2_rounds.csv",
         attribution=f"{CAMPAIGN_DIR}/attribution.csv",
         correctness=f"{CAMPAIGN_DIR}/correctness.csv",
         conditions=f"{CAMPAIGN_DIR}/conditions.json",
@@ -38,6 +39,7 @@ rule render_R3:
     input:
         notebook="notebooks/R3.ipynb",
         readings=f"{CAMPAIGN_DIR}/R2_readings.csv",
+        rounds=f"{CAMPAIGN_DIR}/R2_rounds.csv",
         attribution=f"{CAMPAIGN_DIR}/attribution.csv",
         correctness=f"{CAMPAIGN_DIR}/correctness.csv",
         conditions=f"{CAMPAIGN_DIR}/conditions.json",

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..evidence import stats
 from ..evidence.published import PUBLISHED_TABLES, load_table
 from .formula import Ref, Unpublished, evaluate, labelled_values
 from .ledger import Claim, Definition, Ledger
@@ -192,26 +193,59 @@ def _claimed_of(ledger: Ledger):
     return claimed
 
 
-def _local(claim: Claim, local_lookup, claimed_of) -> dict:
-    """A ratio claim re-evaluated on measured runs; absolute figures and conditions are never compared."""
+def _over_rounds(claim: Claim, definition: Definition, round_lookups: dict, claimed_of) -> list[dict]:
+    """The definition evaluated in every round on its own, summarised per concurrency (kvtier.evidence.stats):
+    the median over rounds, its interval, and whether the interval holds the claimed figure."""
+    per_c: dict = {}
+    for round_, lookup in round_lookups.items():
+        for c, value in _evaluate(claim, definition, lookup, claimed_of).values:
+            per_c.setdefault(c, {})[round_] = value
+    rows = []
+    for c, values in per_c.items():
+        figure = stats.estimate(values.values())
+        rows.append({"c": c, **figure.record(), "interval_text": figure.text(),
+                     "holds_claimed": _holds(figure, claim.claimed)})
+    return rows
+
+
+def _holds(figure: stats.Estimate, claimed) -> bool | None:
+    """Whether the interval holds the claimed figure (or meets a claimed range); None with one round."""
+    if figure.rounds < 2:
+        return None
+    low, high = (claimed[0], claimed[-1]) if isinstance(claimed, list) else (claimed, claimed)
+    return bool(figure.low <= float(high) and float(low) <= figure.high)
+
+
+def _local(claim: Claim, local_lookup, claimed_of, round_lookups: dict | None = None) -> dict:
+    """A ratio claim re-evaluated on measured runs; absolute figures and conditions are never compared. With the
+    campaign's rounds, each value also carries its interval over the rounds."""
     if claim.scale != "ratio":
         return {"status": "not compared", "why": f"{claim.scale} figure from different hardware"}
     needs = set().union(*(d.formula.tables() for d in claim.definitions))
     if needs - set(local_lookup.tables) or any(d.formula.claims for d in claim.definitions):
         return {"status": "not compared", "why": "needs readings the local runs do not have: "
                                                  + ", ".join(sorted(needs - set(local_lookup.tables)) or ["claims"])}
-    outcomes = [_evaluate(claim, d, local_lookup, claimed_of) for d in claim.definitions]
-    return {"status": "evaluated", "definitions": [o.as_dict() for o in outcomes]}
+    definitions = []
+    for d in claim.definitions:
+        record = _evaluate(claim, d, local_lookup, claimed_of).as_dict()
+        if round_lookups:
+            record["over_rounds"] = _over_rounds(claim, d, round_lookups, claimed_of)
+        definitions.append(record)
+    return {"status": "evaluated", "definitions": definitions}
 
 
 def audit(ledger: Ledger, tables: dict[str, pd.DataFrame],
-          local_tables: dict[str, pd.DataFrame] | None = None) -> list[ClaimResult]:
+          local_tables: dict[str, pd.DataFrame] | None = None,
+          local_rounds: dict[int, dict[str, pd.DataFrame]] | None = None) -> list[ClaimResult]:
+    """Decide every claim on the published tables; with `local_tables` (a campaign's medians) also re-evaluate
+    the ratio claims there, and with `local_rounds` ({round: tables}) give each local value its interval."""
     lookup, claimed_of = _Lookup(tables), _claimed_of(ledger)
     local_lookup = _Lookup(local_tables) if local_tables is not None else None
+    round_lookups = {r: _Lookup(t) for r, t in (local_rounds or {}).items()}
     results = []
     for claim in ledger.claims:
         outcomes = [_evaluate(claim, d, lookup, claimed_of) for d in claim.definitions]
         verdict, summary, definitions = _decide(claim, outcomes, ledger)
-        local = _local(claim, local_lookup, claimed_of) if local_lookup else None
+        local = _local(claim, local_lookup, claimed_of, round_lookups) if local_lookup else None
         results.append(ClaimResult(claim, verdict, outcomes, summary, definitions, local))
     return results

@@ -29,11 +29,25 @@ def campaign_markdown(conditions: dict) -> str:
     if not c.get("consistent", True):
         lines.append("- **Warning**: the runs of this campaign were not all probed on the same host, versions "
                      "and model; see each run's probes/platform.json.")
+    lines.append(rounds_line(c.get("order") or []))
     lines.append(quiet_line(c.get("quiet")))
-    files = c.get("platform_file", {})
+    files = list(c.get("platform_file", {}).values())
     if files:
-        lines.append(f"- **Platform records**: {', '.join(f'`{f}`' for f in files.values())}")
+        lines.append(f"- **Platform records**: {len(files)}, one per run (`{files[0]}`, …)" if len(files) > 2
+                     else f"- **Platform records**: {', '.join(f'`{f}`' for f in files)}")
     return "\n".join(lines)
+
+
+def rounds_line(order: list[dict]) -> str:
+    """How many rounds ran and in which order (conditions.json `order`: the runs by start time)."""
+    if not order:
+        return "- **Rounds**: not recorded (a campaign from before rounds): every figure is one shot"
+    rounds: dict[int, list[str]] = {}
+    for run in order:
+        rounds.setdefault(run["round"], []).append(run["kind"])
+    sequence = "; ".join(f"round {r}: {' → '.join(kinds)}" for r, kinds in rounds.items())
+    return (f"- **Rounds**: {len(rounds)}; every run restarted its servers, populated and evicted on its own, and "
+            f"the order rotated from round to round (as measured: {sequence})")
 
 
 def quiet_line(quiet: dict | None, what: str = "windows") -> str:

@@ -1,10 +1,12 @@
 """Tier tables measured here, in the published R2 table's shape: one type for every such page (R2_local, R3).
 
 A page is data, not a class: which run kinds' readings it shows (in its table's order), whose attribution and
-correctness rows it lists, and which comparisons it makes, each a list of (tier, baseline) pairs computed by the
-same code as the published R2 (kvtier.evidence.tables). Everything comes from a campaign's tables
-(raw_data/runs/<campaign>/, made by kvtier.runs.campaign); windows whose attribution failed are missing from the
-readings (never reported) and listed as invalid in the attribution table.
+correctness rows it lists, and which comparisons it makes, each a list of (tier, baseline) pairs. Everything
+comes from a campaign's tables (raw_data/runs/<campaign>/, made by kvtier.runs.campaign); windows whose
+attribution failed are missing from the readings (never reported) and listed as invalid in the attribution table.
+
+Readings are the median over the campaign's rounds. A comparison is taken round by round (both sides measured
+in the same round) and summarised by kvtier.evidence.stats: the median ratio, its interval and a verdict word.
 """
 
 from __future__ import annotations
@@ -19,11 +21,17 @@ import pandas as pd
 from ..core.errors import KvtierError
 from ..core.table_io import read_table, write_table
 from ..core.tiers import CROSS_INSTANCE, TIER_NAMES, TIERS
-from . import tables
+from . import stats, tables
 from .published import load_readings
 
-READINGS_FILE, ATTRIBUTION_FILE, CORRECTNESS_FILE, CONDITIONS_FILE = (
-    "R2_readings.csv", "attribution.csv", "correctness.csv", "conditions.json")
+READINGS_FILE, ROUNDS_FILE, ATTRIBUTION_FILE, CORRECTNESS_FILE, CONDITIONS_FILE = (
+    "R2_readings.csv", "R2_rounds.csv", "attribution.csv", "correctness.csv", "conditions.json")
+# A comparison's columns: the TTFT speed-up (baseline / tier) and the output throughput ratio (tier / baseline),
+# each with its interval and word, then the medians they come from.
+COMPARISON_COLUMNS = [
+    "concurrency", "tier", "baseline", "ttft_p50_speedup", "ttft_speedup_low", "ttft_speedup_high", "ttft_verdict",
+    "output_tok_s_ratio", "output_tok_s_ratio_low", "output_tok_s_ratio_high", "output_tok_s_verdict",
+    "rounds", "interval", "tier_ttft_p50_s", "baseline_ttft_p50_s"]
 
 
 @dataclass(frozen=True)
@@ -63,7 +71,8 @@ ITEMS = {item.id: item for item in (R2_LOCAL, R3)}
 @dataclass(frozen=True)
 class Measured:
     item: MeasuredItem
-    readings: pd.DataFrame  # long: tier x concurrency, valid windows only
+    readings: pd.DataFrame  # long: tier x concurrency, the median over rounds of valid windows only
+    rounds: pd.DataFrame  # the same per round (round, tier, concurrency, ttft_p50_s, output_tok_s)
     table: pd.DataFrame  # wide: one row per concurrency, as the published table
     comparisons: dict[str, pd.DataFrame]  # by Comparison.name
     attribution: pd.DataFrame
@@ -92,16 +101,79 @@ def load(campaign_dir: str | os.PathLike, item: MeasuredItem | str) -> Measured:
     if attribution.empty:
         raise KvtierError(f"{campaign_dir}: the campaign has no {' or '.join(item.windows)} run"
                           + (f" ({item.switch})" if item.switch else ""))
+    by_round = only(read_table(campaign_dir / ROUNDS_FILE), item.tiers)
     present = set(readings["tier"])
     return Measured(
         item=item,
         readings=readings,
+        rounds=by_round,
         table=tables.wide_table(readings, [t for t in item.tiers if t in present]),
-        comparisons={c.name: tables.compare(readings, c.pairs) for c in item.comparisons},
+        comparisons={c.name: compare_rounds(by_round, c.pairs) for c in item.comparisons},
         attribution=attribution,
         correctness=only(read_table(campaign_dir / CORRECTNESS_FILE), item.windows),
         conditions=json.loads((campaign_dir / CONDITIONS_FILE).read_text()),
     )
+
+
+def _per_round(by_round: pd.DataFrame, tier: str, concurrency: int, metric: str) -> dict:
+    rows = by_round[(by_round["tier"] == tier) & (by_round["concurrency"] == concurrency)]
+    return {int(r): float(v) for r, v in zip(rows["round"], rows[metric]) if pd.notna(v)}
+
+
+def compare_rounds(by_round: pd.DataFrame, pairs: tuple[tuple[str, str], ...]) -> pd.DataFrame:
+    """Each (tier, baseline) pair at each concurrency where both have a valid TTFT in at least one common round:
+    the per-round speed-up and throughput ratio summarised by kvtier.evidence.stats, stacked in the pairs' order."""
+    rows = []
+    for tier, baseline in pairs:
+        common = sorted(set(by_round.loc[by_round["tier"] == tier, "concurrency"])
+                        & set(by_round.loc[by_round["tier"] == baseline, "concurrency"]))
+        for c in common:
+            ttft = {side: _per_round(by_round, side, c, "ttft_p50_s") for side in (tier, baseline)}
+            if not stats.paired_ratios(ttft[baseline], ttft[tier]):
+                continue
+            speedup = stats.ratio(ttft[baseline], ttft[tier])
+            tok = {side: _per_round(by_round, side, c, "output_tok_s") for side in (tier, baseline)}
+            throughput = stats.ratio(tok[tier], tok[baseline]) if stats.paired_ratios(tok[tier], tok[baseline]) \
+                else None
+            rows.append({
+                "concurrency": int(c), "tier": tier, "baseline": baseline,
+                "ttft_p50_speedup": speedup.point, "ttft_speedup_low": speedup.low,
+                "ttft_speedup_high": speedup.high, "ttft_verdict": stats.word(speedup),
+                "output_tok_s_ratio": throughput.point if throughput else None,
+                "output_tok_s_ratio_low": throughput.low if throughput else None,
+                "output_tok_s_ratio_high": throughput.high if throughput else None,
+                "output_tok_s_verdict": stats.word(throughput) if throughput else None,
+                "rounds": speedup.rounds, "interval": speedup.method,
+                "tier_ttft_p50_s": stats.estimate(ttft[tier].values()).point,
+                "baseline_ttft_p50_s": stats.estimate(ttft[baseline].values()).point,
+            })
+    return pd.DataFrame(rows, columns=COMPARISON_COLUMNS)
+
+
+def verdict_text(frame: pd.DataFrame) -> str:
+    """One line per compared window: the verdict word, then the speed-up with its interval, for a page to print."""
+    if frame.empty:
+        return "nothing to compare: no round has a valid window on both sides"
+    return "\n".join(
+        f"{r.tier} vs {r.baseline}, concurrency {r.concurrency}: TTFT {r.ttft_verdict.upper()}, speed-up "
+        f"{r.ttft_p50_speedup:.3g}x [{r.ttft_speedup_low:.3g}, {r.ttft_speedup_high:.3g}]; output tok/s "
+        f"{(r.output_tok_s_verdict or 'not measured').upper()}, ratio {r.output_tok_s_ratio:.3g} "
+        f"[{r.output_tok_s_ratio_low:.3g}, {r.output_tok_s_ratio_high:.3g}]" for r in frame.itertuples()) + \
+        f"\n({frame['interval'].iloc[0]})"
+
+
+def styled(frame: pd.DataFrame):
+    """A comparison as a page shows it: three significant digits, no index."""
+    return frame.style.hide(axis="index").format(precision=3)
+
+
+def rounds_table(measured: Measured) -> pd.DataFrame:
+    """Every round's readings, one row per tier x concurrency, one column per metric and round."""
+    rounds = measured.rounds
+    wide = rounds.pivot(index=["tier", "concurrency"], columns="round", values=["ttft_p50_s", "output_tok_s"])
+    wide.columns = [f"{metric} r{round_}" for metric, round_ in wide.columns]
+    order = list(dict.fromkeys(zip(rounds["tier"], rounds["concurrency"])))  # the campaign's tier order
+    return wide.reindex(pd.MultiIndex.from_tuples(order, names=["tier", "concurrency"]))
 
 
 def chart(measured: Measured):

@@ -116,3 +116,16 @@ def load_table(path: str | os.PathLike, spec: TableSpec) -> pd.DataFrame:
 def load_readings(path: str | os.PathLike) -> pd.DataFrame:
     """R2-shaped readings: one row per tier x concurrency (ttft_p50_s, output_tok_s)."""
     return load_table(path, R2_SPEC)
+
+
+# A measured campaign's readings per round (kvtier.runs.campaign's R2_rounds.csv): R2's shape, one per round.
+R2_ROUNDS_SPEC = TableSpec(
+    name="R2_rounds", file="R2_rounds.csv", keys=("round", "tier", "concurrency"),
+    columns={"round": Column(int, required=True), **R2_SPEC.columns})
+
+
+def load_rounds(path: str | os.PathLike) -> dict[int, pd.DataFrame]:
+    """{round: R2-shaped readings of that round} from a campaign's R2_rounds.csv."""
+    frame = load_table(path, R2_ROUNDS_SPEC)
+    return {int(r): rows.drop(columns="round").reset_index(drop=True)
+            for r, rows in frame.groupby("round", sort=True)}

@@ -26,6 +26,7 @@ from ..probes.ckptsave import CheckpointSpec
 from ..probes.platform_probe import PLATFORM_FILE
 from ..runs.campaign import attribution
 from ..runs.r1 import BUILDS, CHECKPOINT_FILE, COLDREAD_FILE, ENGINE_HIT_RUN, FIO_FILE, RAWREAD_FILE, RESUME_RUN
+from . import stats
 from .conditions import platform_lines, quiet_line
 
 # A device "rewards parallelism" when fio's best queue depth reads at least this much faster than depth 1.
@@ -121,6 +122,11 @@ def _ttft(record: dict) -> float:
     return (record["first_token_ns"] - record["send_ns"]) / 1e9
 
 
+def raw_read_rounds(resume_dir: Path) -> pd.DataFrame:
+    """The timed raw reads of the resumed sessions' chunk files, one per round (all sessions' files together)."""
+    return _frame(resume_dir / RAWREAD_FILE, ("seconds", "files", "bytes"), "kvtier r1-resume")
+
+
 def load_resume(resume_dir: Path) -> pd.DataFrame:
     """Per session resumed from L2: its TTFT, the raw read time of its share of the chunk files, and the TTFT of
     the same session resumed from vLLM's own prefix cache (the engine-hit floor, no storage involved)."""
@@ -133,7 +139,7 @@ def load_resume(resume_dir: Path) -> pd.DataFrame:
                           f"({floor_row['local_cache_hit']:g} of {floor_row['prompt_tokens']} prompt tokens hit); "
                           "raise runs.engine_kv_gib so that the engine holds every resumed session")
     floor = {r["labels"]["session"]: _ttft(r) for r in floor_records}
-    raw = _frame(resume_dir / RAWREAD_FILE, ("seconds", "files", "bytes"), "kvtier r1-resume")
+    raw = raw_read_rounds(resume_dir)
     sessions = len(records)
     raw_s = float(raw["seconds"].median()) / sessions  # every session is the same length: equal shares
     logs = retrieve_lines(run_dir / "server_logs" / "lmcache.log")
@@ -154,8 +160,10 @@ def load_resume(resume_dir: Path) -> pd.DataFrame:
     return frame
 
 
-def _target(name: str, figure: float | None, threshold: float, met: bool | None, detail: str) -> dict:
-    return {"target": name, "figure": figure, "threshold": threshold, "met": met, "detail": detail}
+def _target(name: str, figure: stats.Estimate, threshold: float, at_least: bool, detail: str) -> dict:
+    return {"target": name, "figure": figure.point, "low": figure.low, "high": figure.high,
+            "rounds": figure.rounds, "interval": figure.method, "threshold": threshold, "at_least": at_least,
+            "verdict": stats.target(figure, threshold, at_least), "detail": detail}
 
 
 def _by_bound(coldread: pd.DataFrame) -> pd.Series:
@@ -163,53 +171,76 @@ def _by_bound(coldread: pd.DataFrame) -> pd.Series:
     return coldread[coldread["build"] == "patched"].set_index("load_concurrency")["gb_per_s_median"]
 
 
-def matching(coldread: pd.DataFrame, fio: pd.DataFrame) -> pd.DataFrame:
-    """The patched worker at each load bound beside fio at the same queue depth (medians over the rounds)."""
-    patched = _by_bound(coldread)
-    rows = [{"depth": int(depth), "fio_gb_per_s": float(limit), "patched_gb_per_s": float(patched[depth]),
-             "patched_over_fio": float(patched[depth] / limit)}
-            for depth, limit in fio.set_index("iodepth")["gb_per_s_median"].items() if depth in patched.index]
-    return pd.DataFrame(rows, columns=["depth", "fio_gb_per_s", "patched_gb_per_s", "patched_over_fio"])
+def _per_round(rounds: pd.DataFrame, **where) -> dict[int, float]:
+    """{round: GB/s} of the records matching `where` (one per round)."""
+    rows = rounds
+    for column, value in where.items():
+        rows = rows[rows[column] == value]
+    return {int(r): float(v) for r, v in zip(rows["round"], rows["gb_per_s"])}
 
 
-def targets(coldread: pd.DataFrame, fio: pd.DataFrame, resume: pd.DataFrame | None,
-            load_concurrency: int) -> tuple[pd.DataFrame, bool]:
+def matching(coldread_rounds: pd.DataFrame, fio_rounds: pd.DataFrame) -> pd.DataFrame:
+    """The patched worker at each load bound beside fio at the same queue depth: both medians, and their ratio
+    paired by round with its interval (kvtier.evidence.stats)."""
+    patched = _by_bound(_spread(coldread_rounds, ["build", "load_concurrency"]))
+    rows = []
+    for depth, limit in _spread(fio_rounds, ["iodepth"]).set_index("iodepth")["gb_per_s_median"].items():
+        if depth not in patched.index:
+            continue
+        ratio = stats.ratio(_per_round(coldread_rounds, build="patched", load_concurrency=depth),
+                            _per_round(fio_rounds, iodepth=depth))
+        rows.append({"depth": int(depth), "fio_gb_per_s": float(limit), "patched_gb_per_s": float(patched[depth]),
+                     "patched_over_fio": ratio.point, "low": ratio.low, "high": ratio.high, "rounds": ratio.rounds})
+    return pd.DataFrame(rows, columns=["depth", "fio_gb_per_s", "patched_gb_per_s", "patched_over_fio", "low", "high",
+                                       "rounds"])
+
+
+def targets(coldread_rounds: pd.DataFrame, fio_rounds: pd.DataFrame, resume: pd.DataFrame | None,
+            load_concurrency: int, raw_read_rounds: list[float] = ()) -> tuple[pd.DataFrame, bool]:
+    """Every R1 target as a figure with its interval and verdict (kvtier.evidence.stats). The reads' ratios are
+    paired by round (both sides read in the same round, in alternating order); the best load bound and queue
+    depth are chosen on the medians. The resume's figure sets the sessions' TTFTs against the raw-read rounds
+    (each session's share of the chunk files)."""
+    coldread = _spread(coldread_rounds, ["build", "load_concurrency"])
+    fio = _spread(fio_rounds, ["iodepth"])
     by_depth = fio.set_index("iodepth")["gb_per_s_median"]
     by_bound = _by_bound(coldread)
     best_depth, best_bound = int(by_depth.idxmax()), int(by_bound.idxmax())
-    rewards = bool(by_depth.max() >= PARALLEL_GAIN * by_depth.get(1, by_depth.iloc[0]))
-    patched = float(by_bound.max())
-    upstream = float(coldread.loc[coldread["build"] == "upstream", "gb_per_s_median"].iloc[0])
-    gain = patched / upstream
+    depth_1 = by_depth.get(1, by_depth.iloc[0])
+    rewards = bool(by_depth.max() >= PARALLEL_GAIN * depth_1)
+    patched = _per_round(coldread_rounds, build="patched", load_concurrency=best_bound)
+    upstream = _per_round(coldread_rounds, build="upstream")
+    device = stats.ratio(patched, _per_round(fio_rounds, iodepth=best_depth))
+    gain = stats.ratio(patched, upstream)
     rows = [
-        _target("patched at its best load bound / fio at its best queue depth", patched / by_depth.max(),
-                PATCHED_VS_DEVICE, patched >= PATCHED_VS_DEVICE * by_depth.max(),
-                f"patched {patched:.3f} GB/s at load bound {best_bound}; fio best {by_depth.max():.3f} GB/s at "
-                f"depth {best_depth}"),
+        _target("patched at its best load bound / fio at its best queue depth", device, PATCHED_VS_DEVICE, True,
+                f"patched {by_bound.max():.3f} GB/s at load bound {best_bound}; fio best {by_depth.max():.3f} GB/s "
+                f"at depth {best_depth} (medians)"),
         _target("patched at its best load bound / upstream"
                 + ("" if rewards else " (device does not reward parallelism)"), gain,
-                PATCHED_VS_UPSTREAM if rewards else 1.0, gain >= (PATCHED_VS_UPSTREAM if rewards else 1.0),
-                f"patched {patched:.3f} vs upstream {upstream:.3f} GB/s; fio best depth / depth 1 = "
-                f"{by_depth.max() / by_depth.get(1, by_depth.iloc[0]):.2f} (rewards parallelism at ≥ "
-                f"{PARALLEL_GAIN})"),
+                PATCHED_VS_UPSTREAM if rewards else 1.0, True,
+                f"patched {by_bound.max():.3f} vs upstream {stats.estimate(upstream.values()).point:.3f} GB/s; fio "
+                f"best depth / depth 1 = {by_depth.max() / depth_1:.2f} (rewards parallelism at ≥ {PARALLEL_GAIN})"),
     ]
     if load_concurrency in by_depth.index and load_concurrency in by_bound.index:
-        configured = float(by_bound[load_concurrency])
+        configured = stats.ratio(_per_round(coldread_rounds, build="patched", load_concurrency=load_concurrency),
+                                 _per_round(fio_rounds, iodepth=load_concurrency))
         rows.append(_target(f"patched at the configured bound {load_concurrency} / fio at depth {load_concurrency}",
-                            configured / by_depth[load_concurrency], PATCHED_VS_DEVICE,
-                            configured >= PATCHED_VS_DEVICE * by_depth[load_concurrency],
-                            f"patched {configured:.3f} GB/s; fio {by_depth[load_concurrency]:.3f} GB/s at depth "
-                            f"{load_concurrency}"))
+                            configured, PATCHED_VS_DEVICE, True,
+                            f"patched {by_bound[load_concurrency]:.3f} GB/s; fio {by_depth[load_concurrency]:.3f} "
+                            f"GB/s at depth {load_concurrency} (medians)"))
     if resume is not None:
-        ttft, raw = float(resume["ttft_s"].median()), float(resume["raw_read_s"].median())
+        ttft = stats.estimate(resume["ttft_s"], unit="sessions")
+        raw = stats.estimate(raw_read_rounds or resume["raw_read_s"])
         floor = float(resume["engine_hit_ttft_s"].median())
-        rows.append(_target("resume TTFT / raw read time of its chunk files", ttft / raw, RESUME_VS_RAW,
-                            ttft / raw <= RESUME_VS_RAW,
-                            f"TTFT p50 {ttft:.3f} s for {int(resume['prompt_tokens'].median())} prompt tokens over "
-                            f"{len(resume)} sessions; raw read {raw:.4f} s of "
-                            f"{resume['chunk_bytes'].median() / 2**20:.1f} MiB; the same sessions from vLLM's prefix "
-                            f"cache take {floor:.3f} s ({floor / raw:.2f}× the raw read), so the L2 resume costs "
-                            f"{(ttft - floor) / raw:.2f}× the raw read beyond that floor"))
+        figure = stats.quotient(ttft, raw)
+        rows.append(_target("resume TTFT / raw read time of its chunk files", figure, RESUME_VS_RAW, False,
+                            f"TTFT p50 {ttft.point:.3f} s for {int(resume['prompt_tokens'].median())} prompt tokens "
+                            f"over {len(resume)} sessions; raw read {raw.point:.4f} s of "
+                            f"{resume['chunk_bytes'].median() / 2**20:.1f} MiB ({raw.rounds} rounds); the same "
+                            f"sessions from vLLM's prefix cache take {floor:.3f} s ({floor / raw.point:.2f}× the raw "
+                            f"read), so the L2 resume costs {(ttft.point - floor) / raw.point:.2f}× the raw read "
+                            "beyond that floor"))
     return pd.DataFrame(rows), rewards
 
 
@@ -234,7 +265,8 @@ def load(r1_dir: str | os.PathLike) -> Measured:
     resume_dir = r1_dir / "resume"
     resume = load_resume(resume_dir) if (resume_dir / RUN_FILE).is_file() else None
     settings = run["settings"]
-    table, rewards = targets(coldread, fio, resume, settings["load_concurrency"])
+    shares = (list(raw_read_rounds(resume_dir)["seconds"] / len(resume)) if resume is not None else [])
+    table, rewards = targets(coldread_rounds, fio_rounds, resume, settings["load_concurrency"], shares)
     platform = platform_probe.read(reads_dir / PLATFORM_FILE)
     conditions = {"chunks": settings["chunks"], "chunk_mib": settings["chunk_mib"],
                   "load_concurrency": settings["load_concurrency"], "rounds": settings["rounds"],
@@ -248,7 +280,8 @@ def load(r1_dir: str | os.PathLike) -> Measured:
                   "quiet": quiet.summary(_quiet_of(coldread_rounds, "{build} load at bound {load_concurrency}")
                                          + _quiet_of(fio_rounds, "fio at depth {iodepth}")
                                          + _quiet_of(checkpoint_rounds, "{writer} save to {target}"))}
-    return Measured(coldread_rounds, fio_rounds, coldread, fio, matching(coldread, fio), checkpoint, resume, table,
+    return Measured(coldread_rounds, fio_rounds, coldread, fio, matching(coldread_rounds, fio_rounds), checkpoint,
+                    resume, table,
                     conditions)
 
 
@@ -287,15 +320,19 @@ def published_context(claims) -> pd.DataFrame:
 
 
 def targets_text(measured: Measured) -> str:
+    """One line per target: its verdict, the figure with its interval, the threshold and what the figure is of."""
     lines = []
     for row in measured.targets.itertuples():
-        verdict = "MET" if row.met else "NOT MET"
-        sign = "≤" if "resume" in row.target else "≥"
-        lines.append(f"{verdict}: {row.target} = {row.figure:.2f} (target {sign} {row.threshold:g}); {row.detail}")
+        sign = "≥" if row.at_least else "≤"
+        interval = f" [{row.low:.2f}, {row.high:.2f}]" if row.rounds > 1 else ""
+        lines.append(f"{row.verdict}: {row.target} = {row.figure:.2f}{interval} (target {sign} {row.threshold:g}; "
+                     f"{row.interval}); {row.detail}")
     if not measured.conditions["device_rewards_parallelism"]:
         lines.append("This device does not reward parallel reads (fio's best queue depth is less than "
                      f"{PARALLEL_GAIN}× depth 1), so the 2× gain over upstream cannot show here; the target is "
                      "patched ≥ upstream.")
+    lines.append(f"A target is {stats.MET} only when its whole interval clears the threshold, {stats.NOT_MET} when "
+                 f"the whole interval misses it, {stats.UNDECIDED} otherwise.")
     return "\n".join(lines)
 
 

@@ -22,6 +22,10 @@ from ..core.hashing import file_record
 from ..core.vcs import git_revision
 
 MANIFEST_NAME = "manifest.json"
+# kvtier's own nbconvert template (code folded, wide output scrolling, a CJK-capable font stack), beside
+# nbconvert's own: lab, classic, basic.
+TEMPLATES = Path(__file__).parent / "templates"
+DEFAULT_TEMPLATE = "kvtier"
 
 
 def _execute(notebook: Path, executed: Path, parameters: dict, cwd: Path, cell_timeout_s: int) -> None:
@@ -47,7 +51,7 @@ def _remove_written_since(folder: Path, before: dict[Path, int]) -> None:
 
 
 def render(item: str, notebook: str | os.PathLike, out_dir: str | os.PathLike, parameters: dict,
-           inputs: list[str], cell_timeout_s: int = 600, html_template: str = "lab",
+           inputs: list[str], cell_timeout_s: int = 600, html_template: str = DEFAULT_TEMPLATE,
            cwd: str | os.PathLike = ".") -> Path:
     notebook, out_dir, cwd = Path(notebook), Path(out_dir), Path(cwd)
     if not notebook.is_file():
@@ -63,7 +67,8 @@ def render(item: str, notebook: str | os.PathLike, out_dir: str | os.PathLike, p
     try:
         executed = out_dir / f"{item}.ipynb"
         _execute(notebook, executed, parameters, cwd, cell_timeout_s)
-        body, _ = HTMLExporter(template_name=html_template).from_notebook_node(nbformat.read(executed, as_version=4))
+        exporter = HTMLExporter(template_name=html_template, extra_template_basedirs=[str(TEMPLATES)])
+        body, _ = exporter.from_notebook_node(nbformat.read(executed, as_version=4))
         html = write_text(out_dir / f"{item}.html", body)
     except BaseException:
         _remove_written_since(out_dir, before)
@@ -85,7 +90,7 @@ def render(item: str, notebook: str | os.PathLike, out_dir: str | os.PathLike, p
 
 
 def cli_args(item: str, notebook: str, out_dir: str, parameters: dict, inputs: list[str],
-             cell_timeout_s: int = 600, html_template: str = "lab") -> list[str]:
+             cell_timeout_s: int = 600, html_template: str = DEFAULT_TEMPLATE) -> list[str]:
     """The arguments of `kvtier render` that render `item` into `out_dir`, one list element per word.
 
     The workflow's rules pass them as `{params.argv:q}`: Snakemake quotes each element, so a path or value from

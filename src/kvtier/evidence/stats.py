@@ -67,24 +67,26 @@ def min_max_coverage(rounds: int) -> float:
 
 
 def estimate(samples: Iterable[float], confidence: float = CONFIDENCE, seed: int = SEED,
-             resamples: int = BOOTSTRAP_RESAMPLES, bootstrap_min_rounds: int = BOOTSTRAP_MIN_ROUNDS) -> Estimate:
-    """The median of `samples` (missing values left out) with its interval."""
+             resamples: int = BOOTSTRAP_RESAMPLES, bootstrap_min_rounds: int = BOOTSTRAP_MIN_ROUNDS,
+             unit: str = "rounds") -> Estimate:
+    """The median of `samples` (missing values left out) with its interval; `unit` names what the samples are
+    in the method text (rounds, or e.g. sessions)."""
     values = _clean(samples)
     if not values:
         raise ValueError("no samples to estimate from")
     point = median(values)
     k = len(values)
     if k == 1:
-        return Estimate(point, point, point, 1, "one round: no interval")
+        return Estimate(point, point, point, 1, f"one {unit.removesuffix('s')}: no interval")
     if k < bootstrap_min_rounds:
         return Estimate(point, min(values), max(values), k,
-                        f"min–max of {k} rounds, holds the median with p ≥ {100 * min_max_coverage(k):.1f} %")
+                        f"min–max of {k} {unit}, holds the median with p ≥ {100 * min_max_coverage(k):.1f} %")
     rng = random.Random(seed)
     medians = sorted(median(rng.choices(values, k=k)) for _ in range(resamples))
     tail = (1 - confidence) / 2
     low = medians[int(math.floor(tail * (resamples - 1)))]
     high = medians[int(math.ceil((1 - tail) * (resamples - 1)))]
-    return Estimate(point, low, high, k, f"bootstrap {100 * confidence:g} % of the median of {k} rounds")
+    return Estimate(point, low, high, k, f"bootstrap {100 * confidence:g} % of the median of {k} {unit}")
 
 
 def _present(value) -> bool:
@@ -105,6 +107,18 @@ def ratio(numerator: dict, denominator: dict, **options) -> Estimate:
     if not values:
         raise ValueError(f"no round has both sides (rounds {sorted(numerator)} against {sorted(denominator)})")
     return estimate(values, **options)
+
+
+def quotient(numerator: Estimate, denominator: Estimate) -> Estimate:
+    """The ratio of two figures measured apart (not paired by round): the point is the ratio of the points, the
+    interval runs from low / high to high / low, so it holds the true ratio whenever both intervals hold theirs."""
+    if denominator.low <= 0:
+        raise ValueError(f"a denominator interval that reaches zero: {denominator.text()}")
+    rounds = min(numerator.rounds, denominator.rounds)
+    method = (f"numerator {numerator.method}; denominator {denominator.method}; interval from their ends"
+              if rounds > 1 else "one round: no interval")
+    return Estimate(numerator.point / denominator.point, numerator.low / denominator.high,
+                    numerator.high / denominator.low, rounds, method)
 
 
 def word(speedup: Estimate) -> str:

@@ -55,13 +55,6 @@ def relative_to(readings: pd.DataFrame, tier: str, baseline: str) -> pd.DataFram
     return out.sort_values("concurrency").reset_index(drop=True)
 
 
-def compare(readings: pd.DataFrame, pairs: tuple[tuple[str, str], ...]) -> pd.DataFrame:
-    """`relative_to` for each (tier, baseline) pair where both have TTFT readings, stacked in the pairs' order."""
-    present = set(readings.dropna(subset=["ttft_p50_s"])["tier"])
-    frames = [relative_to(readings, t, b) for t, b in pairs if t in present and b in present]
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-
-
 def value_range(frame: pd.DataFrame, column: str) -> tuple[float, float]:
     values = frame[column].dropna()
     if values.empty:

@@ -1,11 +1,17 @@
-"""A campaign: every tier's cold-resume run, then the R2-shaped readings, attribution and correctness tables.
+"""A campaign: every tier's cold-resume run in each of k rounds, then the R2-shaped tables over the rounds.
 
-    raw_data/runs/<campaign>/<tier>/          one `kvtier bench` run directory per tier (tier_run.run_tier), and
-                                              cross_instance/ for R3 (tier_run.run_cross_instance)
-    raw_data/runs/<campaign>/R2_readings.csv  TTFT p50 and output tok/s per tier x concurrency: only valid windows
-    raw_data/runs/<campaign>/attribution.csv  which source served each window's prompt tokens, and the verdict
-    raw_data/runs/<campaign>/correctness.csv  greedy outputs of each resume against the recompute tier's
-    raw_data/runs/<campaign>/conditions.json  workload, and the platform (each run's probes/platform.json)
+    raw_data/runs/<campaign>/round-<r>/<kind>/  one `kvtier bench` run directory per tier and round
+                                                (tier_run.run_tier), and cross_instance/ for R3
+                                                (tier_run.run_cross_instance); the rounds' order is rotated
+                                                (kvtier.runs.order) and each run restarts its servers
+    raw_data/runs/<campaign>/R2_rounds.csv      TTFT p50 and output tok/s per round x tier x concurrency: only
+                                                valid windows (the raw material of every interval)
+    raw_data/runs/<campaign>/R2_readings.csv    the median over the rounds of each tier x concurrency, in the
+                                                published R2 table's shape (what `kvtier audit --runs` reads)
+    raw_data/runs/<campaign>/attribution.csv    which source served each window's prompt tokens, and the verdict
+    raw_data/runs/<campaign>/correctness.csv    greedy outputs of each resume against the same round's recompute
+    raw_data/runs/<campaign>/conditions.json    workload, rounds and the order they ran in, and the platform
+                                                (each run's probes/platform.json)
 
 Attribution rules (a window that breaks its rule is invalid: shown as such, never reported as a reading):
     recompute    at least 95 % of prompt tokens computed locally, none from a cache or a connector
@@ -20,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -27,6 +34,7 @@ import pandas as pd
 from ..bench.records import latest_per_request, read_records
 from ..bench.runner import RUN_FILE
 from ..core.atomic import write_text
+from ..core.errors import KvtierError
 from ..core.table_io import write_table
 from ..core.tiers import CROSS_INSTANCE, TIER_NAMES
 from ..probes import platform_probe, quiet
@@ -88,80 +96,131 @@ def _outputs(run_dir: Path) -> dict[tuple[str, int], str]:
     return out
 
 
+ROUND_PREFIX = "round-"
+READING_COLUMNS = ["tier", "concurrency", "ttft_p50_s", "output_tok_s"]
+
+
+def round_dir(round_: int | str) -> str:
+    """The folder of one round's runs, relative to the campaign."""
+    return f"{ROUND_PREFIX}{round_}"
+
+
+@dataclass(frozen=True)
+class RunRef:
+    round: int
+    kind: str  # a tier, or cross_instance
+    path: Path
+    start: str  # run.json's start: the order the runs were actually measured in
+
+
+def runs_of(campaign_dir: str | os.PathLike) -> list[RunRef]:
+    """Every finished run of a campaign, in the order it was measured."""
+    campaign_dir, found = Path(campaign_dir), []
+    for folder in campaign_dir.glob(f"{ROUND_PREFIX}*"):
+        number = folder.name[len(ROUND_PREFIX):]
+        if not folder.is_dir() or not number.isdigit():
+            continue
+        for kind in (*TIER_NAMES, CROSS_INSTANCE):
+            run = folder / kind
+            if (run / "summary.json").is_file():
+                start = json.loads((run / RUN_FILE).read_text()).get("start", "")
+                found.append(RunRef(int(number), kind, run, start))
+    return sorted(found, key=lambda r: (r.start, r.round, r.kind))
+
+
 def aggregate(campaign_dir: str | os.PathLike) -> dict[str, pd.DataFrame]:
-    """Build the campaign's tables from its tier run directories and write them as CSV."""
+    """Build the campaign's tables from its runs and write them as CSV."""
     campaign_dir = Path(campaign_dir)
-    tiers = [t for t in (*TIER_NAMES, CROSS_INSTANCE) if (campaign_dir / t / "summary.json").is_file()]
-    readings, attributions, correctness, quiet_of = [], [], [], []
-    reference = _outputs(campaign_dir / "recompute") if "recompute" in tiers else {}
-    for tier in tiers:
-        summary = json.loads((campaign_dir / tier / "summary.json").read_text())
-        outputs = _outputs(campaign_dir / tier)
+    runs = runs_of(campaign_dir)
+    if not runs:
+        raise KvtierError(f"{campaign_dir}: no finished tier run under {round_dir('<r>')}/<tier>/")
+    rounds, attributions, correctness, quiet_of = [], [], [], []
+    references = {r.round: _outputs(r.path) for r in runs if r.kind == "recompute"}
+    for run in runs:
+        summary = json.loads((run.path / "summary.json").read_text())
+        outputs, reference = _outputs(run.path), references.get(run.round, {})
         for window in summary["windows"]:
-            row = attribution(tier, window)
+            row = {"round": run.round, **attribution(run.kind, window)}
             attributions.append(row)
-            quiet_of.append((tier, window))
+            quiet_of.append((f"{run.kind} (round {run.round}) at concurrency {window['concurrency']}",
+                             window.get("quiet")))
             c = window["concurrency"]
             pairs = [(s, text) for (s, conc), text in outputs.items() if conc == c]
             matched = sum(1 for s, text in pairs if reference.get((s, c)) == text)
             compared = sum(1 for s, _ in pairs if (s, c) in reference)
-            correctness.append({"tier": tier, "concurrency": c, "sessions": len(pairs), "compared": compared,
-                                "identical_to_recompute": matched,
+            correctness.append({"round": run.round, "tier": run.kind, "concurrency": c, "sessions": len(pairs),
+                                "compared": compared, "identical_to_recompute": matched,
                                 "all_identical": bool(compared and matched == compared == len(pairs))})
             ttft = window["ttft_s"] or {}
-            readings.append({"tier": tier, "concurrency": c,
-                             "ttft_p50_s": ttft.get("p50") if row["valid"] else None,
-                             "output_tok_s": window["output_tok_s"]["aggregate"] if row["valid"] else None})
-    windows = [(f"{tier} at concurrency {w['concurrency']}", w.get("quiet")) for tier, w in quiet_of]
-    written = {**conditions(campaign_dir, tiers), "quiet": quiet.summary(windows)}
+            rounds.append({"round": run.round, "tier": run.kind, "concurrency": c,
+                           "ttft_p50_s": ttft.get("p50") if row["valid"] else None,
+                           "output_tok_s": window["output_tok_s"]["aggregate"] if row["valid"] else None})
+    by_round = _in_order(pd.DataFrame(rounds, columns=["round", *READING_COLUMNS]), ["tier", "concurrency", "round"])
+    written = {**conditions(campaign_dir, runs), "quiet": quiet.summary(quiet_of)}
     write_text(campaign_dir / "conditions.json", json.dumps(written, indent=2) + "\n")
-    tables = {"R2_readings": pd.DataFrame(readings, columns=["tier", "concurrency", "ttft_p50_s", "output_tok_s"]),
-              "attribution": pd.DataFrame(attributions), "correctness": pd.DataFrame(correctness)}
+    tables = {"R2_rounds": by_round, "R2_readings": medians(by_round),
+              "attribution": _in_order(pd.DataFrame(attributions), ["tier", "concurrency", "round"]),
+              "correctness": _in_order(pd.DataFrame(correctness), ["tier", "concurrency", "round"])}
     for name, frame in tables.items():
         write_table(frame, campaign_dir / f"{name}.csv")
     return tables
 
 
-def _cross_instance(campaign_dir: Path) -> dict:
-    """What instance A left on the pool before B resumed (written by the R3 run's first eviction)."""
-    path = campaign_dir / CROSS_INSTANCE / POOL_FILE
+def _in_order(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """Rows by tier in the report's order (TIER_NAMES, then cross_instance), then by the other keys."""
+    rank = {kind: i for i, kind in enumerate((*TIER_NAMES, CROSS_INSTANCE))}
+    ordered = frame.assign(_rank=frame["tier"].map(rank)).sort_values(["_rank", *keys[1:]], kind="stable")
+    return ordered.drop(columns="_rank").reset_index(drop=True)
+
+
+def medians(by_round: pd.DataFrame) -> pd.DataFrame:
+    """The median over the rounds of every tier x concurrency (valid windows only; empty where none was)."""
+    grouped = by_round.groupby(["tier", "concurrency"], sort=False)[["ttft_p50_s", "output_tok_s"]].median()
+    return grouped.reset_index()[READING_COLUMNS]
+
+
+def _cross_instance(run_dir: Path) -> dict:
+    """What instance A left on the pool before B resumed (written by the R3 run's first eviction), in the first
+    round's run."""
+    path = run_dir / POOL_FILE
     return {"pool_after_populate": json.loads(path.read_text()) if path.is_file() else None}
 
 
-def _platform(campaign_dir: Path, tier: str) -> dict:
-    return platform_probe.read(campaign_dir / tier / PLATFORM_FILE)
-
-
-def conditions(campaign_dir: Path, tiers: list[str]) -> dict:
+def conditions(campaign_dir: Path, runs: list[RunRef]) -> dict:
     """The campaign's conditions, from its runs' own records: the workload from run.json, the platform from each
-    run's probe (R4). The runs must agree on host, versions and model; where they do not, `consistent` says so."""
-    runs = {tier: json.loads((campaign_dir / tier / RUN_FILE).read_text()) for tier in tiers}
-    run = runs[tiers[0]] if tiers else {}
+    run's probe (R4), and the rounds in the order they ran. The runs must agree on host, versions and model; where
+    they do not, `consistent` says so."""
+    records = {r.path: json.loads((r.path / RUN_FILE).read_text()) for r in runs}
+    run = records[runs[0].path]
     settings = run.get("config", {})
-    probes = {tier: _platform(campaign_dir, tier) for tier in tiers}
-    first = next(iter(probes.values()), None)
+    probes = {r.path: platform_probe.read(r.path / PLATFORM_FILE) for r in runs}
+    first = probes[runs[0].path]
     pools = {}
-    for tier in tiers:
-        if runs[tier].get("metadata", {}).get("pool"):
-            name = "shared_pool" if tier == CROSS_INSTANCE else tier
-            pools[tier] = probes[tier]["storage"][name]
+    for r in runs:
+        if r.kind not in pools and records[r.path].get("metadata", {}).get("pool"):
+            pools[r.kind] = probes[r.path]["storage"]["shared_pool" if r.kind == CROSS_INSTANCE else r.kind]
     # Every probe records both pool paths, so this holds whichever tiers ran.
-    same = bool(first) and first["storage"]["local_disk"]["st_dev"] == first["storage"]["shared_pool"]["st_dev"]
+    same = first["storage"]["local_disk"]["st_dev"] == first["storage"]["shared_pool"]["st_dev"]
 
     def signature(p: dict) -> tuple:
         return (p["host"]["node"], p["cpu"]["model"], json.dumps(p["software"]["packages"], sort_keys=True),
                 p["software"]["lmcache"]["patch_set"], (p["model"] or {}).get("config_hash"))
 
+    kinds = [k for k in (*TIER_NAMES, CROSS_INSTANCE) if any(r.kind == k for r in runs)]
+    cross = [r for r in runs if r.kind == CROSS_INSTANCE]
     return {
         "workload": {k: settings.get(k) for k in ("sessions", "context_tokens", "followup_tokens", "output_tokens",
                                                   "concurrency", "seed")},
         "served_model": settings.get("model"),
         "max_model_len": run.get("server_model", {}).get("max_model_len"),
         "platform": first,
-        "platform_file": {tier: f"{tier}/{PLATFORM_FILE}" for tier in tiers},
+        "platform_file": {f"{r.kind} round {r.round}": str(r.path.relative_to(campaign_dir) / PLATFORM_FILE)
+                          for r in runs},
         "consistent": len({signature(p) for p in probes.values()}) <= 1,
         "pools": pools,
         "pools_on_same_device": same,
-        "tiers": tiers,
-        CROSS_INSTANCE: _cross_instance(campaign_dir) if CROSS_INSTANCE in tiers else None,
+        "tiers": kinds,
+        "rounds": sorted({r.round for r in runs}),
+        "order": [{"round": r.round, "kind": r.kind, "start": r.start} for r in runs],
+        CROSS_INSTANCE: _cross_instance(cross[0].path) if cross else None,
     }

@@ -19,3 +19,15 @@ def rotation(items: Sequence, rounds: int) -> list[list]:
         order = items[shift:] + items[:shift]
         orders.append(order if r % 2 == 0 else order[::-1])
     return orders
+
+
+def schedule(kinds: Sequence[str], rounds: int) -> list[tuple[int, str]]:
+    """(round, kind) of every run, in the order they are measured: round r (from 1) runs `kinds` in the r-th
+    rotation."""
+    return [(r + 1, kind) for r, order in enumerate(rotation(kinds, rounds)) for kind in order]
+
+
+def before(plan: list[tuple[int, str]], round_: int, kind: str) -> list[tuple[int, str]]:
+    """The run measured just before (round_, kind) in `plan`: one, or none for the first."""
+    at = plan.index((round_, kind))
+    return [plan[at - 1]] if at else []
