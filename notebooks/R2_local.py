@@ -18,9 +18,10 @@
 # vLLM and the real LMCache server by the tier runs of the pipeline (`raw_data/runs/<campaign>/`). Each tier ran
 # the cold-resume protocol: populate, evict as the tier requires, resume at each concurrency. A window counts
 # only when its attribution shows that the prefix came from the tier under test; an invalid window is shown in
-# the attribution table and left out of the readings. Figures are computed by `kvtier.evidence.measured` (item
-# R2_local) and `kvtier.evidence.tables`, the same code as the published R2. Absolute figures here are for this
-# machine and model; only ratios may be set beside the published ones.
+# the attribution table and left out of the readings. Every tier ran once per round, in an order rotated from
+# round to round; readings are the median over the rounds, and each comparison is taken round by round and given
+# its interval and a verdict word (`kvtier.evidence.measured`, item R2_local, and `kvtier.evidence.stats`). Absolute
+# figures here are for this machine and model; only ratios may be set beside the published ones.
 
 # %% tags=["parameters"]
 campaign_dir = "../tests/fixtures/campaign"  # a campaign's tables (R2_readings.csv, attribution.csv, ...)

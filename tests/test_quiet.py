@@ -42,16 +42,18 @@ class FakeProc:
 def test_a_quiet_machine_passes_at_once_after_sync(tmp_path):
     proc = FakeProc(tmp_path, dirty_mib=[1], busy=0.02, load=0.3)
     src, synced = proc.sources()
-    record = quiet.wait_quiet(quiet.QuietBounds(), src)
-    assert record["quiet"] and synced == [True] and record["waited_s"] == 1.0 and record["over"] == []
+    bounds = quiet.QuietBounds()
+    record = quiet.wait_quiet(bounds, src)
+    assert record["quiet"] and synced == [True] and record["waited_s"] == bounds.sample_s and record["over"] == []
     assert record["dirty_mib"] == pytest.approx(1.0) and record["cpu_busy"] == pytest.approx(0.02, abs=0.01)
 
 
 def test_the_window_waits_for_writeback_to_drain(tmp_path):
     proc = FakeProc(tmp_path, dirty_mib=[900, 600, 300, 100, 20, 5], busy=0.05, load=0.5)
     src, _ = proc.sources()
-    record = quiet.wait_quiet(quiet.QuietBounds(max_dirty_mib=64), src)
-    assert record["quiet"] and record["dirty_mib"] < 64 and record["waited_s"] >= 4
+    bounds = quiet.QuietBounds(max_dirty_mib=64)
+    record = quiet.wait_quiet(bounds, src)
+    assert record["quiet"] and record["dirty_mib"] < 64 and record["waited_s"] >= 4 * bounds.sample_s
 
 
 def test_a_busy_machine_is_recorded_as_not_quiet_after_the_timeout(tmp_path):

@@ -53,8 +53,12 @@ def settle(marker: str, timeout_s: float = 60) -> list[int]:
 
 def test_interrupting_a_rule_stops_every_server(tmp_path):
     project = copy_project(tmp_path / "kvtier")
-    target = "raw_data/runs/test/cross_instance"  # R3: the most servers at once (two vLLM + LMCache pairs)
-    proc = subprocess.Popen(["snakemake", target, "--cores", "2", "--configfile", "config/presets/test.yaml"],
+    # R3's run: the most servers at once (two vLLM + LMCache pairs). In one round of recompute and R3, only the
+    # (short) recompute run comes before it.
+    target = "raw_data/runs/test/round-1/cross_instance"
+    (project / "one_round.yaml").write_text("runs: {tiers: [recompute], rounds: 1}\n")
+    proc = subprocess.Popen(["snakemake", target, "--cores", "2", "--configfile", "config/presets/test.yaml",
+                             "one_round.yaml"],
                             cwd=project, env=tool_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     wait_for(project / target / "requests.jsonl", proc=proc)
