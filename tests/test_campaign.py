@@ -225,3 +225,11 @@ def test_the_pool_settles_only_when_no_chunk_is_in_flight(tmp_path):
     assert pool_state(tmp_path)["pending"] == 1
     with pytest.raises(KvtierError, match="still changing"):
         wait_pool_settled(tmp_path, timeout_s=0.5, quiet_s=0.2)
+
+
+def test_the_verdict_text_names_every_interval_method_and_a_missing_throughput():
+    by_round = rounds_frame([(1, "dram", 8, 0.5, None), (1, "recompute", 8, 5.0, 10), (2, "dram", 8, 0.6, None),
+                             (2, "recompute", 8, 5.5, 11), (1, "dram", 16, 1.0, 20), (1, "recompute", 16, 9.0, 5)])
+    text = measured.verdict_text(measured.compare_rounds(by_round, (("dram", "recompute"),)))
+    assert "concurrency 8: TTFT FASTER" in text and "output tok/s not measured" in text
+    assert "(min–max of 2 rounds" in text and "(one round: no interval)" in text

@@ -151,15 +151,19 @@ def compare_rounds(by_round: pd.DataFrame, pairs: tuple[tuple[str, str], ...]) -
 
 
 def verdict_text(frame: pd.DataFrame) -> str:
-    """One line per compared window: the verdict word, then the speed-up with its interval, for a page to print."""
+    """One line per compared window: the verdict word, then the speed-up with its interval, for a page to print;
+    then how the intervals were made (one line per method: rows may have different numbers of valid rounds)."""
     if frame.empty:
         return "nothing to compare: no round has a valid window on both sides"
-    return "\n".join(
-        f"{r.tier} vs {r.baseline}, concurrency {r.concurrency}: TTFT {r.ttft_verdict.upper()}, speed-up "
-        f"{r.ttft_p50_speedup:.3g}x [{r.ttft_speedup_low:.3g}, {r.ttft_speedup_high:.3g}]; output tok/s "
-        f"{(r.output_tok_s_verdict or 'not measured').upper()}, ratio {r.output_tok_s_ratio:.3g} "
-        f"[{r.output_tok_s_ratio_low:.3g}, {r.output_tok_s_ratio_high:.3g}]" for r in frame.itertuples()) + \
-        f"\n({frame['interval'].iloc[0]})"
+    lines = []
+    for r in frame.itertuples():
+        throughput = ("output tok/s not measured" if r.output_tok_s_verdict is None or pd.isna(r.output_tok_s_ratio)
+                      else f"output tok/s {r.output_tok_s_verdict.upper()}, ratio {r.output_tok_s_ratio:.3g} "
+                           f"[{r.output_tok_s_ratio_low:.3g}, {r.output_tok_s_ratio_high:.3g}]")
+        lines.append(f"{r.tier} vs {r.baseline}, concurrency {r.concurrency}: TTFT {r.ttft_verdict.upper()}, "
+                     f"speed-up {r.ttft_p50_speedup:.3g}x [{r.ttft_speedup_low:.3g}, {r.ttft_speedup_high:.3g}]; "
+                     f"{throughput}")
+    return "\n".join(lines + [f"({method})" for method in dict.fromkeys(frame["interval"])])
 
 
 def styled(frame: pd.DataFrame):
