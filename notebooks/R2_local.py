@@ -16,7 +16,8 @@
 #
 # The published R2 table's shape (TTFT p50 and output tok/s per tier × concurrency), measured here with real
 # vLLM and the real LMCache server by the tier runs of the pipeline (`raw_data/runs/<campaign>/`). Each tier ran
-# the cold-resume protocol: populate, evict as the tier requires, resume at each concurrency. A window counts
+# the cold-resume protocol: populate, evict as the tier requires, resume at each concurrency (recompute keeps no
+# KV, so its populate is a one-session warm-up). A window counts
 # only when its attribution shows that the prefix came from the tier under test; an invalid window is shown in
 # the attribution table and left out of the readings. Every tier ran once per round, in an order rotated from
 # round to round; readings are the median over the rounds, and each comparison is taken round by round and given
@@ -57,8 +58,8 @@ print(local.table.set_index("concurrency").T.to_string(float_format=lambda v: f"
 #
 # Both sides of a comparison are measured in every round, so each round gives its own ratio; a drift of the
 # machine during a round hits both sides. The figure is the median of the per-round ratios, with an interval
-# (`kvtier.evidence.stats`: min–max of the rounds below 8 rounds, with the probability that it holds the median;
-# a seeded bootstrap from 8 rounds) and one word: **faster** when the whole interval lies above 1, **slower**
+# (`kvtier.evidence.stats`, always 95 %: Student's t on the log of the ratios below 6 rounds, min–max of the rounds
+# at 6 and 7, a seeded bootstrap from 8) and one word: **faster** when the whole interval lies above 1, **slower**
 # when it lies below, **no difference measured** when it holds 1. `ttft_p50_speedup` = baseline TTFT p50 / tier
 # TTFT p50; `output_tok_s_ratio` = tier / baseline output tok/s.
 

@@ -217,9 +217,10 @@ def test_cli_gives_every_local_value_its_interval_over_the_campaigns_rounds(tmp_
     claim = verdicts["003-tok-gain-vs-local"]
     [at_8] = claim["local"]["definitions"][0]["over_rounds"]
     assert at_8["c"] == 8 and at_8["rounds"] == 3
-    assert (at_8["point"], at_8["low"], at_8["high"]) == pytest.approx((20.0, 10.0, 30.0))
-    assert "min–max of 3 rounds" in at_8["method"]
-    assert claim["claimed"] == [29, 40] and at_8["holds_claimed"] is True  # [10, 30] meets the claimed 29–40 %
+    half = 4.3027 * 10.0 / 3 ** 0.5  # Student's t, 2 degrees of freedom, sd 10 %, three rounds
+    assert (at_8["point"], at_8["low"], at_8["high"]) == pytest.approx((20.0, 20.0 - half, 20.0 + half), rel=1e-3)
+    assert "Student's t 95 % on the mean of 3 rounds" in at_8["method"]
+    assert claim["claimed"] == [29, 40] and at_8["holds_claimed"] is True  # [-4.8, 44.8] meets the claimed 29–40 %
     # A malformed rounds file is refused, naming the file and the line.
     (runs / "R2_rounds.csv").write_text("round,tier,concurrency,ttft_p50_s,output_tok_s\nx,local_disk,8,0.8,100\n")
     proc = run(["kvtier", "audit", "--runs", str(runs)], cwd=ROOT, check=False)

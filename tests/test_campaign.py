@@ -70,7 +70,7 @@ def test_comparisons_are_paired_by_round_and_carry_an_interval_and_a_word():
     # At 16 round 3's pool window was invalid: two rounds compared, one a bit faster and one a bit slower.
     assert frame.loc[16, "rounds"] == 2 and frame.loc[16, "ttft_verdict"] == "no difference measured"
     assert frame.loc[16, "output_tok_s_ratio"] == pytest.approx((1.1 + 0.9) / 2)
-    assert "min–max of 2 rounds" in frame.loc[16, "interval"]
+    assert "Student's t 95 % on the log mean of 2 rounds" in frame.loc[16, "interval"]
     text = measured.verdict_text(frame.reset_index())
     assert "concurrency 8: TTFT FASTER, speed-up 2x [2, 2]" in text
     # The medians in the published shape: invalid windows left out, NaN where no round was valid.
@@ -93,7 +93,11 @@ def test_r2_local_tables_from_a_real_campaign():
     assert set(vs_recompute["tier"]) == {"engine", "dram", "local_disk", "shared_pool"}
     speedup = vs_recompute.set_index(["tier", "concurrency"])["ttft_p50_speedup"]
     assert (speedup > 1).all(), "every cached tier beats recompute on TTFT"
-    assert (vs_recompute["ttft_verdict"] == "faster").all() and (vs_recompute["rounds"] >= 2).all()
+    # Two rounds of the test preset: Student's t with one degree of freedom is wide, so a speed-up reads faster
+    # only where both rounds agree closely; never slower, and the word always follows the interval.
+    assert (vs_recompute["rounds"] >= 2).all()
+    assert set(vs_recompute["ttft_verdict"]) <= {"faster", "no difference measured"}
+    assert ((vs_recompute["ttft_verdict"] == "faster") == (vs_recompute["ttft_speedup_low"] > 1)).all()
     assert set(local.rounds["round"]) == set(local.conditions["rounds"]) and len(local.conditions["rounds"]) >= 2
     assert "Rounds" in conditions.campaign_markdown(local.conditions)
     assert "same device" in conditions.campaign_markdown(local.conditions)
@@ -216,6 +220,50 @@ def test_a_populate_url_applies_to_cold_resume_only():
                     populate_url="http://127.0.0.1:2").check()
 
 
+def test_populate_sessions_warms_up_with_the_first_sessions_and_is_checked():
+    from kvtier.bench.runner import BenchConfig, plan
+    from kvtier.core.errors import KvtierError
+    cfg = BenchConfig(base_url="http://127.0.0.1:1", model="m", sessions=6, context_tokens=64, concurrency=[2, 4],
+                      populate_sessions=1)
+    cfg.check()
+    phases = plan(cfg, list(range(100, 400)))
+    assert [p.name for p in phases] == ["populate", "resume-c2", "resume-c4"]
+    assert len(phases[0].items) == 1 and all(len(p.items) == 6 for p in phases[1:])
+    assert phases[0].items[0].prompt == phases[1].items[0].prompt[:64]  # the first session's context
+    for bad in (0, 7):
+        with pytest.raises(KvtierError, match=f"populate sessions {bad}: must be from 1 to sessions \\(6\\)"):
+            BenchConfig(base_url="http://127.0.0.1:1", model="m", sessions=6, populate_sessions=bad).check()
+
+
+def test_stacks_start_side_by_side_and_a_failure_stops_them_all():
+    from kvtier.core.errors import KvtierError
+    from kvtier.runs.tier_run import start_together
+    events = []
+
+    class Stack:
+        def __init__(self, name, fails=False):
+            self.name, self.fails = name, fails
+
+        def launch(self):
+            events.append(("launch", self.name))
+
+        def wait_ready(self):
+            events.append(("ready", self.name))
+            if self.fails:
+                raise KvtierError(f"{self.name} exited with 1 before it was ready")
+
+        def stop(self):
+            events.append(("stop", self.name))
+
+    writer, reader = Stack("A"), Stack("B")
+    assert start_together(writer, reader) is writer
+    assert events == [("launch", "A"), ("launch", "B"), ("ready", "A"), ("ready", "B")]  # both launched first
+    events.clear()
+    with pytest.raises(KvtierError, match="B exited"):
+        start_together(Stack("A"), Stack("B", fails=True))
+    assert events[-2:] == [("stop", "B"), ("stop", "A")]
+
+
 def test_the_pool_settles_only_when_no_chunk_is_in_flight(tmp_path):
     from kvtier.core.errors import KvtierError
     from kvtier.runs.tier_run import pool_state, wait_pool_settled
@@ -232,4 +280,4 @@ def test_the_verdict_text_names_every_interval_method_and_a_missing_throughput()
                              (2, "recompute", 8, 5.5, 11), (1, "dram", 16, 1.0, 20), (1, "recompute", 16, 9.0, 5)])
     text = measured.verdict_text(measured.compare_rounds(by_round, (("dram", "recompute"),)))
     assert "concurrency 8: TTFT FASTER" in text and "output tok/s not measured" in text
-    assert "(min–max of 2 rounds" in text and "(one round: no interval)" in text
+    assert "(Student's t 95 % on the log mean of 2 rounds" in text and "(one round: no interval)" in text

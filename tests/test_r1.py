@@ -12,7 +12,7 @@ import torch
 
 from kvtier.bench.records import read_records
 from kvtier.core.errors import KvtierError
-from kvtier.evidence import r1
+from kvtier.evidence import r1, stats
 from kvtier.probes import ckptsave, fio, pagecache
 from kvtier.runs import r1 as r1_run
 
@@ -156,10 +156,11 @@ def test_r1_tables_and_targets_come_from_the_records(reads):
             other = fio_rounds[fio_rounds["iodepth"] == depth]
         return (mine.set_index("round")["gb_per_s"] / other.set_index("round")["gb_per_s"]).sort_index()
 
-    for row in measured.matching.itertuples():  # a ratio per round, then its median and min-max over 2 rounds
+    for row in measured.matching.itertuples():  # a ratio per round, then its median and interval over 2 rounds
         ratios = paired(row.depth, row.depth)
-        assert (row.patched_over_fio, row.low, row.high) == pytest.approx((ratios.median(), ratios.min(),
-                                                                           ratios.max()))
+        figure = stats.estimate(ratios)
+        assert (row.patched_over_fio, row.low, row.high) == pytest.approx((ratios.median(), figure.low, figure.high))
+        assert row.low <= ratios.min() and ratios.max() <= row.high
     targets = measured.targets.set_index("target")
     best = int(coldread.loc["patched", "gb_per_s_median"].idxmax())
     device = targets.filter(like="fio at its best", axis=0).iloc[0]
@@ -173,7 +174,7 @@ def test_r1_tables_and_targets_come_from_the_records(reads):
     assert upstream["figure"] == pytest.approx(paired(best).median())
     assert measured.resume is None  # no resume run in this directory
     text = r1.targets_text(measured)
-    assert "best load bound / upstream" in text and "min–max of 2 rounds" in text
+    assert "best load bound / upstream" in text and "Student's t 95 % on the log mean of 2 rounds" in text
     assert all(line.split(":")[0] in ("MET", "NOT MET", "UNDECIDED") for line in text.splitlines()[:3])
     written = r1.write_evidence(measured, run_dir.parent / "evidence", png_scale=1)
     assert {p.name for p in written} >= {"R1_coldread.csv", "R1_matching.csv", "R1_targets.csv", "R1_chart.png",
@@ -199,8 +200,9 @@ def test_the_device_rule_picks_the_target_and_the_interval_decides_it():
     # One round near the threshold and one far: the interval straddles 0.8, so the device target is undecided.
     table, _ = r1.targets(reads((1.0, 0.5, 0.9), (1.0, 0.5, 0.7)), fio((1.0, 1.0), (1.0, 1.0)), None, 4)
     device = table.iloc[0]
-    assert (device["low"], device["high"], device["verdict"]) == (pytest.approx(0.7), pytest.approx(0.9),
-                                                                  "UNDECIDED")
+    figure = stats.estimate([0.9, 0.7])
+    assert (device["low"], device["high"], device["verdict"]) == (pytest.approx(figure.low),
+                                                                  pytest.approx(figure.high), "UNDECIDED")
     # One round decides nothing.
     table, _ = r1.targets(reads((1.0, 1.0, 3.0)), fio((1.0, 1.0)), None, 4)
     assert set(table["verdict"]) == {"UNDECIDED"}

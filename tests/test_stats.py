@@ -1,5 +1,6 @@
 """kvtier.evidence.stats on synthetic samples with known answers."""
 
+import math
 import random
 
 import pytest
@@ -37,11 +38,31 @@ def test_one_outlier_moves_neither_the_median_nor_the_verdict():
     assert stats.word(stats.ratio(rounds, {r: 1.0 for r in range(9)})) == stats.FASTER
 
 
-def test_few_rounds_give_min_max_and_say_so():
-    small = stats.estimate([1.0, 3.0, 2.0])
-    assert (small.point, small.low, small.high) == (2.0, 1.0, 3.0)
-    assert "min–max of 3 rounds" in small.method and "75.0 %" in small.method
+def test_six_or_seven_rounds_give_min_max_and_say_so():
+    six = stats.estimate([1.0, 3.0, 2.0, 2.5, 1.5, 2.2])
+    assert (six.low, six.high) == (1.0, 3.0)
+    assert "min–max of 6 rounds" in six.method and "96.9 %" in six.method
     assert stats.min_max_coverage(5) == pytest.approx(0.9375)
+
+
+def test_too_few_rounds_for_min_max_give_students_t_on_the_log():
+    # Three rounds' min–max holds the median only 75 % of the time, so it is not the interval; Student's t with
+    # 2 degrees of freedom is (4.303 from any table), on the log of the samples.
+    assert stats.student_quantile(0.95, 2) == pytest.approx(4.3027, abs=1e-4)
+    assert stats.student_quantile(0.95, 1) == pytest.approx(12.7062, abs=1e-4)
+    assert stats.student_quantile(0.95, 30) == pytest.approx(2.0423, abs=1e-4)
+    small = stats.estimate([1.0, 4.0, 2.0])
+    assert small.point == 2.0 and "Student's t 95 % on the log mean of 3 rounds" in small.method
+    factor = math.exp(4.3027 * math.log(2) / math.sqrt(3))  # logs 0, ln 4, ln 2: mean ln 2, sd ln 2
+    assert (small.low, small.high) == pytest.approx((2.0 / factor, 2.0 * factor), rel=1e-3)
+    # A true null, three rounds: with min–max a quarter of such nulls would read faster or slower; t holds 1
+    # in about 95 % of them.
+    rng = random.Random(5)
+    nulls = [stats.estimate([rng.lognormvariate(0, 0.1) for _ in range(3)]) for _ in range(2000)]
+    assert 0.93 < sum(n.holds(1.0) for n in nulls) / len(nulls) < 0.97
+    # A clear effect still reads as one, and samples at or below zero fall back to the plain mean.
+    assert stats.word(stats.estimate([2.0, 2.1, 1.95])) == stats.FASTER
+    assert "on the mean of 3" in stats.estimate([-1.0, 0.0, 1.0]).method
 
 
 def test_one_round_has_no_interval_and_decides_nothing():
@@ -79,15 +100,16 @@ def test_the_rotation_balances_positions_and_gives_abba_for_two(n):
 
 
 def test_a_quotient_of_figures_measured_apart_takes_its_interval_from_their_ends():
-    ttft = stats.estimate([2.0, 2.2, 2.4])  # sessions' TTFT, s
-    raw = stats.estimate([1.0, 1.1])  # raw read rounds, s
+    ttft = stats.Estimate(2.2, 2.0, 2.4, 3, "min–max")  # sessions' TTFT, s
+    raw = stats.Estimate(1.05, 1.0, 1.1, 2, "min–max")  # raw read rounds, s
     q = stats.quotient(ttft, raw)
     assert (q.point, q.low, q.high, q.rounds) == pytest.approx((2.2 / 1.05, 2.0 / 1.1, 2.4 / 1.0, 2))
     assert stats.target(q, 2.0, at_least=False) == stats.UNDECIDED  # [1.82, 2.4] straddles the bound
-    assert stats.target(stats.quotient(ttft, stats.estimate([2.0, 2.1])), 2.0, at_least=False) == stats.MET
+    assert stats.target(stats.quotient(ttft, stats.Estimate(2.05, 2.0, 2.1, 2, "min–max")), 2.0,
+                        at_least=False) == stats.MET
     assert stats.quotient(stats.estimate([3.0]), raw).method == "one round: no interval"
     with pytest.raises(ValueError, match="reaches zero"):
-        stats.quotient(ttft, stats.estimate([0.0, 1.0]))
+        stats.quotient(ttft, stats.Estimate(0.5, 0.0, 1.0, 2, "min–max"))
 
 
 def test_the_schedule_chains_every_run_after_the_one_before():

@@ -222,9 +222,18 @@ def test_the_tiers_ran_in_interleaved_rounds_one_at_a_time_and_pages_decide_with
     # Every comparison on the pages carries its interval and a word; recompute is far slower than any cache.
     local = measured.load(campaign, "R2_local")
     vs_recompute = local.comparisons["vs_recompute"]
-    assert (vs_recompute["rounds"] == 2).all() and (vs_recompute["ttft_verdict"] == "faster").all()
+    # Two rounds give Student's t with one degree of freedom: faster only where both rounds agree closely.
+    assert (vs_recompute["rounds"] == 2).all()
+    assert set(vs_recompute["ttft_verdict"]) <= {"faster", "no difference measured"}
+    assert ((vs_recompute["ttft_verdict"] == "faster") == (vs_recompute["ttft_speedup_low"] > 1)).all()
     page = (built / "evidence" / "R2_local" / "R2_local.html").read_text()
-    assert "TTFT FASTER, speed-up" in page and "min–max of 2 rounds" in page and "Rounds" in page
+    for row in vs_recompute.itertuples():
+        assert f"{row.tier} vs recompute, concurrency {row.concurrency}: TTFT {row.ttft_verdict.upper()}" in page
+    assert "Student's t 95 % on the log mean of 2 rounds" in page and "Rounds" in page
+    # Recompute keeps no KV: its populate is a one-session warm-up; every cached tier populates every session.
+    populated = {kind: sum(1 for line in (campaign / "round-1" / kind / "requests.jsonl").open()
+                           if json.loads(line)["phase"] == "populate") for kind in kinds}
+    assert populated == {**{kind: 4 for kind in kinds}, "recompute": 1}, populated
     assert '<details class="kvtier-code">' in page
     pool = local.comparisons["pool_vs_local_disk"]
     assert set(pool["ttft_verdict"]) <= {"faster", "slower", "no difference measured"}

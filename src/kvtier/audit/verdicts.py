@@ -202,7 +202,7 @@ def _over_rounds(claim: Claim, definition: Definition, round_lookups: dict, clai
             per_c.setdefault(c, {})[round_] = value
     rows = []
     for c, values in per_c.items():
-        figure = stats.estimate(values.values())
+        figure = stats.estimate(values.values(), log=False)  # a claim's figure may be a gain in %, of any sign
         rows.append({"c": c, **figure.record(), "interval_text": figure.text(),
                      "holds_claimed": _holds(figure, claim.claimed)})
     return rows

@@ -68,6 +68,8 @@ class BenchConfig:
     evict: str = "none"                      # none | reset-prefix-cache | a shell command
     populate_url: str | None = None          # cold-resume: populate through this server instead (another
                                              # instance on the same shared pool: the R3 protocol)
+    populate_sessions: int | None = None     # cold-resume: populate only the first N sessions (None: all);
+                                             # recompute keeps no KV, so populate is only its warm-up
 
     def check(self) -> None:
         if self.workload not in WORKLOADS:
@@ -87,6 +89,9 @@ class BenchConfig:
         if self.workload == "trace" and not self.trace:
             raise KvtierError("the trace workload needs --trace FILE")
         Endpoint.parse(self.base_url)
+        if self.populate_sessions is not None and not 1 <= self.populate_sessions <= self.sessions:
+            raise KvtierError(f"populate sessions {self.populate_sessions}: must be from 1 to sessions "
+                              f"({self.sessions})")
         if self.populate_url:
             if self.workload != "cold-resume":
                 raise KvtierError("a populate URL applies to the cold-resume workload only")
@@ -154,7 +159,8 @@ def evict_hook(cfg: BenchConfig) -> Callable[[], None]:
 def plan(cfg: BenchConfig, ids: list[int]) -> list[Phase]:
     if cfg.workload == "cold-resume":
         sessions = workloads.sessions(ids, cfg.sessions, cfg.context_tokens, cfg.followup_tokens, cfg.seed)
-        phases = [Phase("populate", workloads.populate(sessions), cfg.concurrency[0], measured=False)]
+        populated = sessions if cfg.populate_sessions is None else sessions[:cfg.populate_sessions]
+        phases = [Phase("populate", workloads.populate(populated), cfg.concurrency[0], measured=False)]
         phases += [Phase(f"resume-c{c}", workloads.resume(sessions, cfg.output_tokens, c), c, measured=True,
                          evict_before=True) for c in cfg.concurrency]
         return phases

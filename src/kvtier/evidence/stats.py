@@ -6,9 +6,13 @@ round first (what drifted during that round hits both sides) and then summarised
 
 - the point estimate is the median of the per-round values;
 - the interval is a percentile bootstrap of that median (seeded, so a rerun prints the same bounds) when there
-  are at least `BOOTSTRAP_MIN_ROUNDS` rounds; below that the bootstrap of a median is unreliable and the interval
-  is the min–max of the rounds, which holds the true median with probability 1 - 2^(1-k) whatever the
-  distribution (k = 5: 93.8 %); the method is always named with the interval;
+  are at least `BOOTSTRAP_MIN_ROUNDS` rounds;
+- below that the bootstrap of a median is unreliable. The min–max of k rounds holds the true median with
+  probability 1 - 2^(1-k) whatever the distribution, so it is the interval once that reaches the confidence
+  (k ≥ 6 for 95 %). With fewer rounds no distribution-free interval reaches 95 % (three rounds' min–max: 75 %, so
+  a true null would read faster or slower one time in four); the interval is then Student's t on the logarithm
+  of the samples — round-to-round noise taken as log-normal, the usual model for times and ratios — which is
+  wide when the rounds disagree, as it should be. The method is always named with the interval;
 - one round gives no interval at all, and no verdict.
 
 Words: a ratio whose interval lies wholly above 1 is *faster* (or higher), wholly below 1 *slower*, and one that
@@ -68,9 +72,10 @@ def min_max_coverage(rounds: int) -> float:
 
 def estimate(samples: Iterable[float], confidence: float = CONFIDENCE, seed: int = SEED,
              resamples: int = BOOTSTRAP_RESAMPLES, bootstrap_min_rounds: int = BOOTSTRAP_MIN_ROUNDS,
-             unit: str = "rounds") -> Estimate:
+             unit: str = "rounds", log: bool = True) -> Estimate:
     """The median of `samples` (missing values left out) with its interval; `unit` names what the samples are
-    in the method text (rounds, or e.g. sessions)."""
+    in the method text (rounds, or e.g. sessions). `log`: a small-sample t interval is taken on the log of the
+    samples (times, ratios: positive, multiplicative noise); False for figures of any sign (a gain in %)."""
     values = _clean(samples)
     if not values:
         raise ValueError("no samples to estimate from")
@@ -78,15 +83,60 @@ def estimate(samples: Iterable[float], confidence: float = CONFIDENCE, seed: int
     k = len(values)
     if k == 1:
         return Estimate(point, point, point, 1, f"one {unit.removesuffix('s')}: no interval")
-    if k < bootstrap_min_rounds:
+    if k < bootstrap_min_rounds and min_max_coverage(k) >= confidence:
         return Estimate(point, min(values), max(values), k,
                         f"min–max of {k} {unit}, holds the median with p ≥ {100 * min_max_coverage(k):.1f} %")
+    if k < bootstrap_min_rounds:
+        return _student(values, point, confidence, unit, log)
     rng = random.Random(seed)
     medians = sorted(median(rng.choices(values, k=k)) for _ in range(resamples))
     tail = (1 - confidence) / 2
     low = medians[int(math.floor(tail * (resamples - 1)))]
     high = medians[int(math.ceil((1 - tail) * (resamples - 1)))]
     return Estimate(point, low, high, k, f"bootstrap {100 * confidence:g} % of the median of {k} {unit}")
+
+
+def _student(values: list[float], point: float, confidence: float, unit: str, log: bool) -> Estimate:
+    """Student's t interval of the mean log (the geometric mean) when asked and every sample is positive, else of
+    the mean; widened, if need be, to hold the median printed beside it."""
+    k = len(values)
+    logs = log and all(v > 0 for v in values)
+    xs = [math.log(v) for v in values] if logs else values
+    centre = sum(xs) / k
+    spread = math.sqrt(sum((x - centre) ** 2 for x in xs) / (k - 1))
+    half = student_quantile(confidence, k - 1) * spread / math.sqrt(k)
+    low, high = (math.exp(centre - half), math.exp(centre + half)) if logs else (centre - half, centre + half)
+    scale = "log " if logs else ""
+    return Estimate(point, min(low, point), max(high, point), k,
+                    f"Student's t {100 * confidence:g} % on the {scale}mean of {k} {unit} (too few for min–max)")
+
+
+def _t_central(t: float, df: int) -> float:
+    """P(|T| < t) for Student's t with integer `df` (Abramowitz & Stegun 26.7.3-4, closed form)."""
+    theta = math.atan(t / math.sqrt(df))
+    c2, s = math.cos(theta) ** 2, math.sin(theta)
+    if df % 2:  # odd: 2/pi * (theta + sin cos (1 + 2/3 cos^2 + 2*4/(3*5) cos^4 + ...))
+        term, total = 1.0, 1.0 if df > 1 else 0.0
+        for j in range(1, (df - 1) // 2):
+            term *= c2 * (2 * j) / (2 * j + 1)
+            total += term
+        return 2 / math.pi * (theta + (s * math.cos(theta) * total if df > 1 else 0.0))
+    term, total = 1.0, 1.0  # even: sin (1 + 1/2 cos^2 + 1*3/(2*4) cos^4 + ...)
+    for j in range(1, df // 2):
+        term *= c2 * (2 * j - 1) / (2 * j)
+        total += term
+    return s * total
+
+
+def student_quantile(confidence: float, df: int) -> float:
+    """The t such that P(|T| < t) = confidence (two-sided), by bisection: no scipy in the stack."""
+    low, high = 0.0, 1.0
+    while _t_central(high, df) < confidence:
+        high *= 2
+    for _ in range(100):
+        mid = (low + high) / 2
+        low, high = (mid, high) if _t_central(mid, df) < confidence else (low, mid)
+    return (low + high) / 2
 
 
 def _present(value) -> bool:

@@ -10,7 +10,8 @@
 
 and R3's run, `cross_instance`: two vLLM + LMCache pairs on the shared pool, A populates, B resumes.
 
-Each tier is one `kvtier bench` cold-resume run (populate once, then evict and resume at each concurrency),
+Each tier is one `kvtier bench` cold-resume run (populate once, then evict and resume at each concurrency; recompute,
+which keeps no KV, populates one session as a warm-up),
 with the servers' logs under `server_logs/` of its run directory and both /metrics snapshotted around every
 resume, so attribution can prove which tier served the prefix.
 """
@@ -138,6 +139,12 @@ class TierStack:
                                extra_args=list(settings.vllm_extra_args))
 
     def start(self) -> "TierStack":
+        return start_together(self)
+
+    def launch(self) -> None:
+        """Prepare the pool and start both servers' processes, without waiting for them: vLLM takes far longer
+        to come up than LMCache (its connector reaches the LMCache server tens of seconds in, through a message
+        queue that waits for it), so the two start side by side."""
         if self.pool is not None and self.clear_pool:
             if self.pool.exists():
                 shutil.rmtree(self.pool)  # a tier run starts from an empty pool: its KV is what populate wrote
@@ -145,14 +152,17 @@ class TierStack:
             self.pool.mkdir(parents=True, exist_ok=True)
             if self.settings.l2_use_odirect:
                 pagecache.require_odirect(self.pool)
-        try:
-            if self.lmcache:
-                self.lmcache.start()
-            self.vllm.start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
+        self._launch_servers()
+
+    def _launch_servers(self) -> None:
+        if self.lmcache:
+            self.lmcache.launch()
+        self.vllm.launch()
+
+    def wait_ready(self) -> None:
+        if self.lmcache:
+            self.lmcache.wait_ready()
+        self.vllm.wait_ready()
 
     def stop(self) -> None:
         self.vllm.stop()
@@ -184,15 +194,29 @@ class TierStack:
             return
         self.stop()
         pagecache.drop(self.pool)
-        if self.lmcache:
-            self.lmcache.start()
-        self.vllm.start()
+        self._launch_servers()
+        self.wait_ready()
 
     def __enter__(self) -> "TierStack":
         return self.start()
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def start_together(*stacks: TierStack) -> TierStack:
+    """Launch every stack's servers in order, then wait until all are ready; on any failure stop them all. Returns
+    the first stack."""
+    try:
+        for stack in stacks:
+            stack.launch()
+        for stack in stacks:
+            stack.wait_ready()
+    except BaseException:
+        for stack in reversed(stacks):
+            stack.stop()
+        raise
+    return stacks[0]
 
 
 def probe_platform(settings: TierSettings, run_dir: Path) -> dict:
@@ -223,7 +247,10 @@ def run_tier(tier: str, settings: TierSettings, run_dir: str | os.PathLike) -> d
     _refuse_existing(run_dir)
     probe_platform(settings, run_dir)
     with stack:
-        cfg = _bench_config(stack, settings, f"tier:{tier}", metrics_urls=stack.metrics_urls())
+        # Recompute keeps no KV (no prefix caching, no connector): populating every session would cost as much as
+        # a resume window and change nothing it measures, so one session warms the server instead.
+        warmup = {"populate_sessions": 1} if tier == "recompute" else {}
+        cfg = _bench_config(stack, settings, f"tier:{tier}", metrics_urls=stack.metrics_urls(), **warmup)
         metadata = {"tier": tier, "pool": str(stack.pool) if stack.pool else None, "servers": _servers(stack),
                     "platform": PLATFORM_FILE}
         return Runner(cfg, run_dir, evict=stack.evict, progress=False, labels={"tier": tier},
@@ -265,7 +292,8 @@ def run_cross_instance(settings: TierSettings, run_dir: str | os.PathLike) -> di
     reader = TierStack("shared_pool", settings, logs / "reader", clear_pool=False)
     _refuse_existing(run_dir)
     probe_platform(settings, run_dir)
-    with writer, reader:  # the writer starts first and empties the pool; the reader keeps what is there
+    start_together(writer, reader)  # the writer launches first and empties the pool; the reader keeps what is there
+    try:
         urls = {**reader.metrics_urls(), **{f"writer_{k}": v for k, v in writer.metrics_urls().items()}}
         cfg = _bench_config(reader, settings, "cross-instance:shared_pool", metrics_urls=urls,
                             populate_url=writer.vllm.base_url)
@@ -273,3 +301,6 @@ def run_cross_instance(settings: TierSettings, run_dir: str | os.PathLike) -> di
                     "servers": {"reader": _servers(reader), "writer": _servers(writer)}}
         return Runner(cfg, run_dir, evict=_ReaderEviction(reader, run_dir), progress=False,
                       labels={"tier": CROSS_INSTANCE}, metadata=metadata, quiet=quiet.hook(settings.quiet)).run()
+    finally:
+        reader.stop()
+        writer.stop()

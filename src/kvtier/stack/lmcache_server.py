@@ -53,9 +53,9 @@ class LMCacheServer(ManagedProcess):
         puts its prefix in front of a name that lacks it, so the name given is the segment's own."""
         return f"{SHM_PREFIX}kvtier-{self.port}" if self.transfer == "shm" else ""
 
-    def start(self):
+    def launch(self):
         self._remove_segment()  # a segment left by a server that was killed would be reused half-written
-        return super().start()
+        return super().launch()
 
     def stop(self, grace_s: float = 30.0) -> None:
         super().stop(grace_s)

@@ -76,11 +76,19 @@ class ManagedProcess:
         raise NotImplementedError
 
     def start(self):
+        return self.launch().wait_ready()
+
+    def launch(self):
+        """Start the process without waiting for it to be ready (to start several at once; then `wait_ready`)."""
         log = Path(self.log_path)
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "ab") as out:
             self.process = subprocess.Popen(self.command(), stdout=out, stderr=subprocess.STDOUT,
                                             env=self.environment(), start_new_session=True)
+        return self
+
+    def wait_ready(self):
+        log = Path(self.log_path)
         deadline = time.monotonic() + self.ready_timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
