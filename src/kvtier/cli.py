@@ -204,6 +204,20 @@ def _cmd_campaign(args) -> None:
     print(tables["attribution"][["tier", "concurrency", "valid", "rule"]].to_string(index=False))
 
 
+def _cmd_workload_profile(args) -> None:
+    from .bench import profile
+    from .core.atomic import write_text
+    service = None
+    if args.prefill_tok_s is not None or args.time_per_output_token_s is not None:
+        if args.prefill_tok_s is None or args.time_per_output_token_s is None:
+            raise KvtierError("the service-time model needs both --prefill-tok-s and --time-per-output-token-s")
+        service = profile.ServiceModel(args.prefill_tok_s, args.time_per_output_token_s)
+    result = profile.profile(profile.load(args.trace, args.format), service, source=str(args.trace))
+    if args.out:
+        write_text(args.out, json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2) if args.json else profile.text(result))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kvtier", description=__doc__.splitlines()[0] if __doc__ else None)
     from . import __version__
@@ -339,6 +353,21 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("campaign", help="aggregate a campaign's tier runs: R2 readings, attribution, correctness")
     p.add_argument("campaign_dir")
     p.set_defaults(func=_cmd_campaign)
+
+    p = sub.add_parser("workload", help="what a workload asks of the KV cache (document 000's first step)")
+    workload = p.add_subparsers(dest="workload_command", required=True, metavar="SUBCOMMAND")
+    q = workload.add_parser("profile", help="context lengths, concurrency peak, prefix reuse and session returns "
+                            "of a request log (Mooncake JSONL, or a plain JSONL/CSV export)")
+    q.add_argument("trace", help="the request log")
+    q.add_argument("--format", choices=("mooncake", "jsonl", "csv"), default=None,
+                   help="default: from the file (.csv; Mooncake's fields; start_s/input_tokens/output_tokens)")
+    q.add_argument("--prefill-tok-s", type=float, default=None,
+                   help="service-time model for a log without end times: this platform's prefill rate")
+    q.add_argument("--time-per-output-token-s", type=float, default=None,
+                   help="service-time model for a log without end times: this platform's time per output token")
+    q.add_argument("--json", action="store_true", help="print the profile as JSON")
+    q.add_argument("--out", default=None, help="also write the JSON profile to this file")
+    q.set_defaults(func=_cmd_workload_profile)
 
     p = sub.add_parser("notebook-sync", help="regenerate NOTEBOOK.ipynb from its jupytext NOTEBOOK.py and "
                        "execute it, keeping the outputs that nbval checks (maintainers)")
