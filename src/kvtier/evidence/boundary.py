@@ -1,0 +1,124 @@
+"""Evidence B's boundary: where keeping the KV cache in the engine beats offloading it, on a measured grid.
+
+A grid holds, per scheme (`engine_only`, `offload`, ...), concurrency and context length, one reading per round
+(TTFT p50/p99 in seconds). Everything here is computed from the cells that were measured, never beyond them:
+
+- per cell, the offload / engine TTFT p50 ratio over the rounds with its interval (kvtier.evidence.stats) and the
+  winner: `offload` when the interval lies below 1, `engine_only` above 1, `tie` when it holds 1;
+- per context length, each crossover located between two measured concurrencies where the winner changes (ties
+  in between widen the bracket), or the plain statement that this context has none;
+- per TTFT SLA, for each cell, whether each scheme meets it (MET when its interval lies at or under the SLA,
+  NOT MET when above, UNDECIDED otherwise).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+from ..core.errors import KvtierError
+from . import stats
+
+ENGINE, OFFLOAD = "engine_only", "offload"
+TIE = "tie"
+GRID_COLUMNS = ("scheme", "concurrency", "context_tokens", "round")
+
+
+def check_grid(grid: pd.DataFrame, source: str = "grid") -> None:
+    missing = [c for c in (*GRID_COLUMNS, "ttft_p50_s") if c not in grid.columns]
+    if missing:
+        raise KvtierError(f"{source}: missing column(s) {', '.join(missing)}")
+    if grid.empty:
+        raise KvtierError(f"{source}: no cells")
+
+
+def _per_round(grid: pd.DataFrame, scheme: str, c: int, context: int, metric: str) -> dict:
+    rows = grid[(grid["scheme"] == scheme) & (grid["concurrency"] == c) & (grid["context_tokens"] == context)]
+    return {int(r): float(v) for r, v in zip(rows["round"], rows[metric]) if pd.notna(v)}
+
+
+def winners(grid: pd.DataFrame, candidate: str = OFFLOAD, baseline: str = ENGINE,
+            metric: str = "ttft_p50_s") -> pd.DataFrame:
+    """One row per (context, concurrency) measured for both schemes: the ratio candidate / baseline of `metric`
+    paired by round, its interval, and the winner (lower TTFT wins)."""
+    check_grid(grid)
+    rows = []
+    cells = grid[["context_tokens", "concurrency"]].drop_duplicates().sort_values(["context_tokens", "concurrency"])
+    for context, c in cells.itertuples(index=False):
+        mine, theirs = (_per_round(grid, s, c, context, metric) for s in (candidate, baseline))
+        if not stats.paired_ratios(mine, theirs):
+            continue  # a scheme missing at this cell: no winner is claimed there
+        ratio = stats.ratio(mine, theirs)
+        winner = candidate if ratio.high < 1 else baseline if ratio.low > 1 else TIE
+        rows.append({"context_tokens": int(context), "concurrency": int(c), "ratio": ratio.point,
+                     "ratio_low": ratio.low, "ratio_high": ratio.high, "rounds": ratio.rounds,
+                     "interval": ratio.method, "winner": winner})
+    return pd.DataFrame(rows, columns=["context_tokens", "concurrency", "ratio", "ratio_low", "ratio_high",
+                                       "rounds", "interval", "winner"])
+
+
+@dataclass(frozen=True)
+class Crossover:
+    context_tokens: int
+    below: int  # the last measured concurrency won by `before`
+    above: int  # the first measured concurrency won by `after`
+    before: str
+    after: str
+
+    def text(self) -> str:
+        return (f"context {self.context_tokens}: {self.before} wins up to concurrency {self.below}, {self.after} "
+                f"from {self.above}; the crossover lies between the two (not measured in between)")
+
+
+def crossovers(won: pd.DataFrame) -> dict[int, list[Crossover]]:
+    """Per context length, every change of winner between measured concurrencies, bracketed by the last cell
+    won by one scheme and the first won by the other; ties never make a crossover on their own."""
+    out: dict[int, list[Crossover]] = {}
+    for context, rows in won.groupby("context_tokens"):
+        found, last = [], None  # last: (concurrency, scheme) of the latest decided cell
+        for row in rows.sort_values("concurrency").itertuples():
+            if row.winner == TIE:
+                continue
+            if last is not None and row.winner != last[1]:
+                found.append(Crossover(int(context), last[0], int(row.concurrency), last[1], row.winner))
+            last = (int(row.concurrency), row.winner)
+        out[int(context)] = found
+    return out
+
+
+def crossover_text(won: pd.DataFrame) -> str:
+    lines = []
+    for context, found in crossovers(won).items():
+        if found:
+            lines += [x.text() for x in found]
+        else:
+            decided = set(won.loc[won["context_tokens"] == context, "winner"]) - {TIE}
+            lines.append(f"context {context}: no crossover on this grid ("
+                         + (f"{decided.pop()} wins or ties at every measured concurrency)" if len(decided) == 1
+                            else "no cell decided)"))
+    return "\n".join(lines)
+
+
+def sla_regions(grid: pd.DataFrame, slas: list[tuple[str, float]]) -> pd.DataFrame:
+    """For each SLA (metric, seconds), each cell and each scheme: MET / NOT MET / UNDECIDED from the scheme's
+    interval over the rounds, with its median."""
+    check_grid(grid)
+    rows = []
+    for metric, limit in slas:
+        if limit <= 0:
+            raise KvtierError(f"SLA {metric} <= {limit!r} s: must be > 0")
+        if metric not in grid.columns:
+            raise KvtierError(f"SLA on {metric!r}: the grid has no such column")
+        keys = grid[["scheme", "context_tokens", "concurrency"]].drop_duplicates()
+        for scheme, context, c in keys.sort_values(["context_tokens", "concurrency", "scheme"]).itertuples(
+                index=False):
+            values = _per_round(grid, scheme, c, context, metric)
+            if not values:
+                continue
+            figure = stats.estimate(values.values())
+            rows.append({"metric": metric, "sla_s": limit, "scheme": scheme, "context_tokens": int(context),
+                         "concurrency": int(c), "value": figure.point, "low": figure.low, "high": figure.high,
+                         "verdict": stats.target(figure, limit, at_least=False)})
+    return pd.DataFrame(rows, columns=["metric", "sla_s", "scheme", "context_tokens", "concurrency", "value",
+                                       "low", "high", "verdict"])

@@ -1,0 +1,100 @@
+"""Evidence B's boundary and `kvtier advise` on synthetic grids with known answers."""
+
+import pandas as pd
+import pytest
+
+from kvtier.core.errors import KvtierError
+from kvtier.evidence import advise, boundary
+
+NOISE = (0.98, 1.0, 1.02)  # three rounds, the same small spread around every cell's value
+
+
+def grid(cells: dict) -> pd.DataFrame:
+    """cells: {(scheme, context, concurrency): TTFT p50 in s}; p99 is twice p50."""
+    return pd.DataFrame([{"scheme": s, "context_tokens": ctx, "concurrency": c, "round": r + 1,
+                          "ttft_p50_s": v * n, "ttft_p99_s": 2 * v * n}
+                         for (s, ctx, c), v in cells.items() for r, n in enumerate(NOISE)])
+
+
+def two_schemes(engine: dict, offload: dict, context: int = 4096) -> pd.DataFrame:
+    return grid({**{("engine_only", context, c): v for c, v in engine.items()},
+                 **{("offload", context, c): v for c, v in offload.items()}})
+
+
+def test_one_crossover_is_bracketed_by_the_measured_cells():
+    g = two_schemes({1: 0.2, 2: 0.3, 4: 1.5, 8: 4.0}, {1: 0.4, 2: 0.5, 4: 0.7, 8: 1.0})
+    won = boundary.winners(g)
+    assert list(won["winner"]) == ["engine_only", "engine_only", "offload", "offload"]
+    [x] = boundary.crossovers(won)[4096]
+    assert (x.below, x.above, x.before, x.after) == (2, 4, "engine_only", "offload")
+    assert "between the two" in boundary.crossover_text(won)
+
+
+def test_no_crossover_is_said_plainly():
+    won = boundary.winners(two_schemes({1: 0.2, 8: 0.9}, {1: 0.4, 8: 1.8}))
+    assert boundary.crossovers(won) == {4096: []}
+    assert boundary.crossover_text(won) == ("context 4096: no crossover on this grid (engine_only wins or ties at "
+                                            "every measured concurrency)")
+
+
+def test_two_crossovers_and_ties_widen_the_bracket():
+    g = two_schemes({1: 0.2, 2: 1.0, 4: 2.0, 8: 3.0, 16: 2.0}, {1: 0.4, 2: 1.0, 4: 1.0, 8: 3.0, 16: 4.0})
+    won = boundary.winners(g).set_index("concurrency")
+    assert won.loc[2, "winner"] == won.loc[8, "winner"] == boundary.TIE  # equal in every round: the ratio holds 1
+    found = boundary.crossovers(won.reset_index())[4096]
+    assert [(x.below, x.above, x.after) for x in found] == [(1, 4, "offload"), (4, 16, "engine_only")]
+
+
+def test_a_cell_missing_for_one_scheme_claims_nothing_there():
+    g = two_schemes({1: 0.2, 2: 0.3, 4: 1.5}, {1: 0.4, 4: 0.7})
+    won = boundary.winners(g)
+    assert list(won["concurrency"]) == [1, 4]
+    [x] = boundary.crossovers(won)[4096]
+    assert (x.below, x.above) == (1, 4)  # concurrency 2 was not measured for offload: the bracket says so
+
+
+def test_sla_regions_from_intervals():
+    g = two_schemes({1: 0.2, 4: 1.0, 8: 4.0}, {1: 0.4, 4: 0.7, 8: 1.0})
+    regions = boundary.sla_regions(g, [("ttft_p50_s", 1.0)]).set_index(["scheme", "concurrency"])
+    assert regions.loc[("engine_only", 1), "verdict"] == "MET"
+    assert regions.loc[("engine_only", 4), "verdict"] == "UNDECIDED"  # 0.98-1.02 s straddles 1 s
+    assert regions.loc[("engine_only", 8), "verdict"] == "NOT MET"
+    assert regions.loc[("offload", 8), "verdict"] == "UNDECIDED"
+    with pytest.raises(KvtierError, match="must be > 0"):
+        boundary.sla_regions(g, [("ttft_p50_s", 0)])
+    with pytest.raises(KvtierError, match="no such column"):
+        boundary.sla_regions(g, [("ttft_p95_s", 1.0)])
+    with pytest.raises(KvtierError, match="missing column"):
+        boundary.winners(g.drop(columns=["round"]))
+
+
+def profile_at(peak: int, p50: float, p90: float, p99: float) -> dict:
+    return {"concurrency": {"peak": peak}, "context_tokens": {"p50": p50, "p90": p90, "p99": p99}}
+
+
+def test_advise_inside_the_grid_takes_the_worst_bracketing_cell():
+    g = grid({**{("engine_only", ctx, c): v for (ctx, c), v in {(1024, 1): 0.1, (1024, 8): 0.5, (4096, 1): 0.3,
+                                                                  (4096, 8): 3.0}.items()},
+              **{("offload", ctx, c): v for (ctx, c), v in {(1024, 1): 0.2, (1024, 8): 0.6, (4096, 1): 0.4,
+                                                              (4096, 8): 1.2}.items()}})
+    advice = advise.advise(g, profile_at(4, 1024, 2048, 4096), [("ttft_p50_s", 2.0)])
+    by_point = {a["point"]: a for a in advice}
+    # At context 1024 (measured) between concurrency 1 and 8, both schemes stay under 2 s at every corner.
+    assert by_point["context p50"]["answer"] == "engine_only and offload meet(s) the SLA"
+    assert by_point["context p50"]["bracket"] == {"concurrency": [1, 8], "context_tokens": [1024]}
+    # Context 2048 lies between 1024 and 4096: the 4096 x 8 corner (3.0 s) fails the engine.
+    p90 = by_point["context p90"]
+    assert p90["schemes"]["engine_only"]["verdict"] == "NOT MET" and p90["schemes"]["offload"]["verdict"] == "MET"
+    assert p90["schemes"]["offload"]["margin_s"] == pytest.approx(2.0 - 1.2 * max(NOISE), rel=0.2)
+    assert advise.any_met(advice)
+    assert "offload: MET, margin" in advise.text(advice)
+
+
+def test_advise_outside_the_grid_says_so_and_never_extrapolates():
+    g = two_schemes({1: 0.2, 8: 0.9}, {1: 0.4, 8: 1.8})
+    advice = advise.advise(g, profile_at(32, 4096, 4096, 4096), [("ttft_p50_s", 2.0)])
+    assert {a["answer"] for a in advice} == {advise.OUTSIDE} and not advise.any_met(advice)
+    advice = advise.advise(g, profile_at(4, 8192, 8192, 8192), [("ttft_p50_s", 2.0)])
+    assert {a["answer"] for a in advice} == {advise.OUTSIDE}
+    with pytest.raises(KvtierError, match="at least one SLA"):
+        advise.advise(g, profile_at(4, 4096, 4096, 4096), [])
