@@ -98,3 +98,25 @@ def test_advise_outside_the_grid_says_so_and_never_extrapolates():
     assert {a["answer"] for a in advice} == {advise.OUTSIDE}
     with pytest.raises(KvtierError, match="at least one SLA"):
         advise.advise(g, profile_at(4, 4096, 4096, 4096), [])
+
+
+def test_the_advise_command_reads_a_profile_and_a_boundary_directory(tmp_path):
+    import json
+
+    from conftest import ROOT, run
+    g = two_schemes({1: 0.2, 8: 3.0}, {1: 0.4, 8: 1.2})
+    (tmp_path / "B").mkdir()
+    g.to_csv(tmp_path / "B" / boundary.ROUNDS_FILE, index=False)
+    (tmp_path / "profile.json").write_text(json.dumps(profile_at(4, 4096, 4096, 4096)))
+    args = ["kvtier", "advise", "--profile", str(tmp_path / "profile.json"), "--boundary", str(tmp_path / "B")]
+    met = run([*args, "--sla-ttft-p50", "2"], cwd=ROOT)
+    assert "offload: MET" in met.stdout and "engine_only: NOT MET" in met.stdout
+    none = run([*args, "--sla-ttft-p50", "0.1", "--json"], cwd=ROOT, check=False)
+    assert none.returncode == 1 and json.loads(none.stdout)[0]["answer"] == "no scheme meets the SLA"
+    for bad, message in ((["--sla-ttft-p50", "0"], "--sla-ttft-p50 0.0: must be > 0 s"),
+                         (["--sla-ttft-p50", "2", "--boundary", str(tmp_path)], "no boundary cells")):
+        proc = run([*args, *bad], cwd=ROOT, check=False)
+        assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+    (tmp_path / "profile.json").write_text("{}")
+    proc = run([*args, "--sla-ttft-p50", "2"], cwd=ROOT, check=False)
+    assert proc.returncode == 2 and "not a kvtier workload profile" in proc.stderr

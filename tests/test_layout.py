@@ -118,7 +118,7 @@ def cli_shape(parser: argparse.ArgumentParser, prefix: str = "") -> dict:
 def test_the_cli_has_the_subcommands_and_arguments_it_had_before_the_regrouping():
     # tests/golden/cli.json was written from the parser of the flat package (before kvtier.core, .stack, ...);
     # changed on purpose since: `render --html-template` defaults to kvtier's own template and names its choices;
-    # `screenshots` was added; `workload profile` was added (issue: evidence B).
+    # `screenshots` was added; `workload profile` and `advise` were added (issue: evidence B).
     from kvtier.cli import build_parser
     golden = json.loads((ROOT / "tests" / "golden" / "cli.json").read_text())
     assert json.loads(json.dumps(cli_shape(build_parser()), default=str)) == golden

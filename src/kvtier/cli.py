@@ -218,6 +218,27 @@ def _cmd_workload_profile(args) -> None:
     print(json.dumps(result, indent=2) if args.json else profile.text(result))
 
 
+def _cmd_advise(args) -> int:
+    from .evidence import advise, boundary
+    slas = [(metric, value) for metric, value in (("ttft_p50_s", args.sla_ttft_p50), ("ttft_p99_s", args.sla_ttft_p99))
+            if value is not None]
+    for metric, value in slas:
+        if not value > 0:
+            raise KvtierError(f"--sla-{metric[:-2].replace('_', '-')} {value!r}: must be > 0 s")
+    try:
+        profile = json.loads(Path(args.profile).read_text())
+        profile["concurrency"]["peak"], profile["context_tokens"]["p99"]
+    except FileNotFoundError:
+        raise KvtierError(f"{args.profile}: profile not found (write one with `kvtier workload profile LOG "
+                          "--out FILE`)") from None
+    except (ValueError, KeyError, TypeError):
+        raise KvtierError(f"{args.profile}: not a kvtier workload profile (expected concurrency.peak and "
+                          "context_tokens.p50/p90/p99)") from None
+    result = advise.advise(boundary.load_grid(args.boundary), profile, slas)
+    print(json.dumps(result, indent=2) if args.json else advise.text(result))
+    return 0 if advise.any_met(result) else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kvtier", description=__doc__.splitlines()[0] if __doc__ else None)
     from . import __version__
@@ -369,6 +390,15 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--out", default=None, help="also write the JSON profile to this file")
     q.set_defaults(func=_cmd_workload_profile)
 
+    p = sub.add_parser("advise", help="which scheme (engine memory or offload) meets a TTFT SLA at a workload's "
+                       "operating points, read off a measured boundary grid; exit 0 when one does, 1 when none")
+    p.add_argument("--sla-ttft-p50", type=float, default=None, help="TTFT p50 SLA, seconds")
+    p.add_argument("--sla-ttft-p99", type=float, default=None, help="TTFT p99 SLA, seconds")
+    p.add_argument("--profile", required=True, help="a workload profile (kvtier workload profile --out)")
+    p.add_argument("--boundary", required=True, help="a boundary run's directory (with B_rounds.csv)")
+    p.add_argument("--json", action="store_true", help="print the advice as JSON")
+    p.set_defaults(func=_cmd_advise)
+
     p = sub.add_parser("notebook-sync", help="regenerate NOTEBOOK.ipynb from its jupytext NOTEBOOK.py and "
                        "execute it, keeping the outputs that nbval checks (maintainers)")
     p.add_argument("py", nargs="+", help="notebooks/<item>.py")
@@ -386,14 +416,14 @@ def main(argv: list[str] | None = None) -> int:
     # and runs are marked incomplete instead of being left behind.
     signal.signal(signal.SIGTERM, _terminate)
     try:
-        args.func(args)
+        status = args.func(args)
     except KvtierError as exc:
         print(f"kvtier: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"kvtier: {args.command} interrupted", file=sys.stderr)
         return 130
-    return 0
+    return status if isinstance(status, int) else 0
 
 
 if __name__ == "__main__":

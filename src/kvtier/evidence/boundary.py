@@ -13,16 +13,36 @@ A grid holds, per scheme (`engine_only`, `offload`, ...), concurrency and contex
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from pathlib import Path
 
 import pandas as pd
 
 from ..core.errors import KvtierError
+from ..core.table_io import read_table
 from . import stats
 
 ENGINE, OFFLOAD = "engine_only", "offload"
 TIE = "tie"
 GRID_COLUMNS = ("scheme", "concurrency", "context_tokens", "round")
+
+
+ROUNDS_FILE = "B_rounds.csv"  # a boundary run's cells, one row per scheme x concurrency x context x round
+
+
+def load_grid(boundary_dir: str | os.PathLike) -> pd.DataFrame:
+    """A boundary run's grid (`<dir>/B_rounds.csv`), checked."""
+    path = Path(boundary_dir) / ROUNDS_FILE
+    if not path.is_file():
+        raise KvtierError(f"{boundary_dir}: no boundary cells ({ROUNDS_FILE} missing; the pipeline's B run "
+                          "writes it)")
+    try:
+        grid = read_table(path)
+    except (ValueError, pd.errors.ParserError) as exc:
+        raise KvtierError(f"{path}: not a readable CSV table ({exc})") from None
+    check_grid(grid, str(path))
+    return grid
 
 
 def check_grid(grid: pd.DataFrame, source: str = "grid") -> None:
