@@ -145,3 +145,34 @@ def test_progress_is_drawn_on_a_terminal_and_silent_otherwise():
 def test_a_counter_born_inside_the_window_counts_from_zero():
     after = metrics.parse('lmcache_mp_lookup_hit_l2_tokens_total{model_name="m"} 4096.0\n')
     assert metrics.deltas({}, after) == {'lmcache_mp_lookup_hit_l2_tokens_total{model_name="m"}': 4096.0}
+
+
+def test_sigterm_interrupts_again_after_a_phase_has_run():
+    """A phase runs on its own event loop, which takes SIGTERM while it runs (cancelling the phase) and must hand
+    the caller's handler back after: kvtier's SIGTERM-as-Ctrl-C must still stop a run between two phases."""
+    import asyncio
+    import os
+    import signal
+    import time
+
+    from kvtier.bench.runner import run_async
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    before = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        run_async(asyncio.sleep(0.01))
+        assert signal.getsignal(signal.SIGTERM) is interrupt
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)
+
+        async def long_phase():
+            os.kill(os.getpid(), signal.SIGTERM)  # arrives while the loop runs: the phase is cancelled
+            await asyncio.sleep(5)
+        with pytest.raises(KeyboardInterrupt, match="terminated"):
+            run_async(long_phase())
+        assert signal.getsignal(signal.SIGTERM) is interrupt
+    finally:
+        signal.signal(signal.SIGTERM, before)

@@ -326,6 +326,7 @@ def run_async(job) -> None:
         loop = asyncio.new_event_loop()
     task = loop.create_task(job)
     handled = False
+    previous = signal.getsignal(signal.SIGTERM)
     try:
         loop.add_signal_handler(signal.SIGTERM, task.cancel)
         handled = True
@@ -338,6 +339,10 @@ def run_async(job) -> None:
     finally:
         if handled:  # hand SIGTERM back: a closed loop must not swallow it
             loop.remove_signal_handler(signal.SIGTERM)
+            # The loop leaves its own handler (uvloop) or SIG_DFL (asyncio), never the caller's: put that back, or a
+            # SIGTERM between two phases (an eviction, a server stop) would be swallowed, or kill without cleanup.
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
         loop.close()
 
 
