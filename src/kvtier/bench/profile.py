@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.errors import KvtierError
-from .workloads import TRACE_BLOCK_TOKENS, load_trace
+from .workloads import TRACE_BLOCK_TOKENS, json_records, load_trace
 
 FORMATS = ("mooncake", "jsonl", "csv")
 HISTOGRAM_EDGES = (0, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)  # prompt tokens; the last bin is open
@@ -103,25 +103,15 @@ def load(path: str | os.PathLike, fmt: str | None = None) -> list[Request]:
 
 
 def _rows(path: Path, fmt: str):
+    if fmt != "csv":
+        yield from json_records(path)
+        return
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise KvtierError(f"{path}: trace file not found") from None
-    if fmt == "csv":
-        reader = csv.DictReader(text.splitlines())
-        for number, row in enumerate(reader, start=2):
-            yield number, {k: v for k, v in row.items() if v not in (None, "")}
-        return
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except ValueError:
-            raise KvtierError(f"{path}, line {number}: not JSON") from None
-        if not isinstance(row, dict):
-            raise KvtierError(f"{path}, line {number}: expected a JSON object")
-        yield number, row
+    for number, row in enumerate(csv.DictReader(text.splitlines()), start=2):
+        yield number, {k: v for k, v in row.items() if v not in (None, "")}
 
 
 def _number(path: Path, number: int, row: dict, name: str, integer: bool, minimum: float, required: bool = True):

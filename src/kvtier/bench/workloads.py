@@ -11,6 +11,7 @@ import os
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 from ..core.errors import KvtierError
 from .tokens import sequence
@@ -74,15 +75,13 @@ class TraceRequest:
     hash_ids: tuple[int, ...]
 
 
-def load_trace(path: str | os.PathLike, limit: int | None = None) -> list[TraceRequest]:
-    """Mooncake FAST'25 trace lines: {timestamp (ms), input_length, output_length, hash_ids}. A bad line is an
-    error naming the file, the line and the field."""
-    path = Path(path)
+def json_records(path: Path) -> Iterator[tuple[int, dict]]:
+    """The JSON object on each non-blank line of a trace file, with its line number; a bad line is an error that
+    names the file and the line."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise KvtierError(f"{path}: trace file not found") from None
-    out = []
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
@@ -92,6 +91,15 @@ def load_trace(path: str | os.PathLike, limit: int | None = None) -> list[TraceR
             raise KvtierError(f"{path}, line {number}: not JSON") from None
         if not isinstance(row, dict):
             raise KvtierError(f"{path}, line {number}: expected a JSON object")
+        yield number, row
+
+
+def load_trace(path: str | os.PathLike, limit: int | None = None) -> list[TraceRequest]:
+    """Mooncake FAST'25 trace lines: {timestamp (ms), input_length, output_length, hash_ids}. A bad line is an
+    error naming the file, the line and the field."""
+    path = Path(path)
+    out = []
+    for number, row in json_records(path):
         for name, kind in (("timestamp", (int, float)), ("input_length", int), ("output_length", int),
                            ("hash_ids", list)):
             if name not in row:
