@@ -227,7 +227,7 @@ def _cmd_advise(args) -> int:
             raise KvtierError(f"--sla-{metric[:-2].replace('_', '-')} {value!r}: must be > 0 s")
     try:
         profile = json.loads(Path(args.profile).read_text())
-        profile["concurrency"]["peak"], profile["context_tokens"]["p99"]
+        advise.operating_points(profile)  # reads every key advise needs
     except FileNotFoundError:
         raise KvtierError(f"{args.profile}: profile not found (write one with `kvtier workload profile LOG "
                           "--out FILE`)") from None

@@ -21,7 +21,7 @@ import pandas as pd
 
 from ..core.errors import KvtierError
 from ..core.table_io import read_table
-from . import stats
+from . import stats, tables
 
 ENGINE, OFFLOAD = "engine_only", "offload"
 TIE = "tie"
@@ -53,11 +53,6 @@ def check_grid(grid: pd.DataFrame, source: str = "grid") -> None:
         raise KvtierError(f"{source}: no cells")
 
 
-def _per_round(grid: pd.DataFrame, scheme: str, c: int, context: int, metric: str) -> dict:
-    rows = grid[(grid["scheme"] == scheme) & (grid["concurrency"] == c) & (grid["context_tokens"] == context)]
-    return {int(r): float(v) for r, v in zip(rows["round"], rows[metric]) if pd.notna(v)}
-
-
 def winners(grid: pd.DataFrame, candidate: str = OFFLOAD, baseline: str = ENGINE,
             metric: str = "ttft_p50_s") -> pd.DataFrame:
     """One row per (context, concurrency) measured for both schemes: the ratio candidate / baseline of `metric`
@@ -66,7 +61,8 @@ def winners(grid: pd.DataFrame, candidate: str = OFFLOAD, baseline: str = ENGINE
     rows = []
     cells = grid[["context_tokens", "concurrency"]].drop_duplicates().sort_values(["context_tokens", "concurrency"])
     for context, c in cells.itertuples(index=False):
-        mine, theirs = (_per_round(grid, s, c, context, metric) for s in (candidate, baseline))
+        mine, theirs = (tables.per_round(grid, metric, scheme=s, concurrency=c, context_tokens=context)
+                       for s in (candidate, baseline))
         if not stats.paired_ratios(mine, theirs):
             continue  # a scheme missing at this cell: no winner is claimed there
         ratio = stats.ratio(mine, theirs)
@@ -133,7 +129,7 @@ def sla_regions(grid: pd.DataFrame, slas: list[tuple[str, float]]) -> pd.DataFra
         keys = grid[["scheme", "context_tokens", "concurrency"]].drop_duplicates()
         for scheme, context, c in keys.sort_values(["context_tokens", "concurrency", "scheme"]).itertuples(
                 index=False):
-            values = _per_round(grid, scheme, c, context, metric)
+            values = tables.per_round(grid, metric, scheme=scheme, concurrency=c, context_tokens=context)
             if not values:
                 continue
             figure = stats.estimate(values.values())

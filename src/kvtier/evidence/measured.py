@@ -115,11 +115,6 @@ def load(campaign_dir: str | os.PathLike, item: MeasuredItem | str) -> Measured:
     )
 
 
-def _per_round(by_round: pd.DataFrame, tier: str, concurrency: int, metric: str) -> dict:
-    rows = by_round[(by_round["tier"] == tier) & (by_round["concurrency"] == concurrency)]
-    return {int(r): float(v) for r, v in zip(rows["round"], rows[metric]) if pd.notna(v)}
-
-
 def compare_rounds(by_round: pd.DataFrame, pairs: tuple[tuple[str, str], ...]) -> pd.DataFrame:
     """Each (tier, baseline) pair at each concurrency where both have a valid TTFT in at least one common round:
     the per-round speed-up and throughput ratio summarised by kvtier.evidence.stats, stacked in the pairs' order."""
@@ -128,11 +123,11 @@ def compare_rounds(by_round: pd.DataFrame, pairs: tuple[tuple[str, str], ...]) -
         common = sorted(set(by_round.loc[by_round["tier"] == tier, "concurrency"])
                         & set(by_round.loc[by_round["tier"] == baseline, "concurrency"]))
         for c in common:
-            ttft = {side: _per_round(by_round, side, c, "ttft_p50_s") for side in (tier, baseline)}
+            ttft = {side: tables.per_round(by_round, "ttft_p50_s", tier=side, concurrency=c) for side in (tier, baseline)}
             if not stats.paired_ratios(ttft[baseline], ttft[tier]):
                 continue
             speedup = stats.ratio(ttft[baseline], ttft[tier])
-            tok = {side: _per_round(by_round, side, c, "output_tok_s") for side in (tier, baseline)}
+            tok = {side: tables.per_round(by_round, "output_tok_s", tier=side, concurrency=c) for side in (tier, baseline)}
             throughput = stats.ratio(tok[tier], tok[baseline]) if stats.paired_ratios(tok[tier], tok[baseline]) \
                 else None
             rows.append({

@@ -26,7 +26,7 @@ from ..probes.ckptsave import CheckpointSpec
 from ..probes.platform_probe import PLATFORM_FILE
 from ..runs.campaign import attribution
 from ..runs.r1 import BUILDS, CHECKPOINT_FILE, COLDREAD_FILE, ENGINE_HIT_RUN, FIO_FILE, RAWREAD_FILE, RESUME_RUN
-from . import stats
+from . import stats, tables
 from .conditions import platform_lines, quiet_line
 
 # A device "rewards parallelism" when fio's best queue depth reads at least this much faster than depth 1.
@@ -171,14 +171,6 @@ def _by_bound(coldread: pd.DataFrame) -> pd.Series:
     return coldread[coldread["build"] == "patched"].set_index("load_concurrency")["gb_per_s_median"]
 
 
-def _per_round(rounds: pd.DataFrame, **where) -> dict[int, float]:
-    """{round: GB/s} of the records matching `where` (one per round)."""
-    rows = rounds
-    for column, value in where.items():
-        rows = rows[rows[column] == value]
-    return {int(r): float(v) for r, v in zip(rows["round"], rows["gb_per_s"])}
-
-
 def matching(coldread_rounds: pd.DataFrame, fio_rounds: pd.DataFrame) -> pd.DataFrame:
     """The patched worker at each load bound beside fio at the same queue depth: both medians, and their ratio
     paired by round with its interval (kvtier.evidence.stats)."""
@@ -187,8 +179,8 @@ def matching(coldread_rounds: pd.DataFrame, fio_rounds: pd.DataFrame) -> pd.Data
     for depth, limit in _spread(fio_rounds, ["iodepth"]).set_index("iodepth")["gb_per_s_median"].items():
         if depth not in patched.index:
             continue
-        ratio = stats.ratio(_per_round(coldread_rounds, build="patched", load_concurrency=depth),
-                            _per_round(fio_rounds, iodepth=depth))
+        ratio = stats.ratio(tables.per_round(coldread_rounds, "gb_per_s", build="patched", load_concurrency=depth),
+                            tables.per_round(fio_rounds, "gb_per_s", iodepth=depth))
         rows.append({"depth": int(depth), "fio_gb_per_s": float(limit), "patched_gb_per_s": float(patched[depth]),
                      "patched_over_fio": ratio.point, "low": ratio.low, "high": ratio.high, "rounds": ratio.rounds})
     return pd.DataFrame(rows, columns=["depth", "fio_gb_per_s", "patched_gb_per_s", "patched_over_fio", "low", "high",
@@ -208,9 +200,9 @@ def targets(coldread_rounds: pd.DataFrame, fio_rounds: pd.DataFrame, resume: pd.
     best_depth, best_bound = int(by_depth.idxmax()), int(by_bound.idxmax())
     depth_1 = by_depth.get(1, by_depth.iloc[0])
     rewards = bool(by_depth.max() >= PARALLEL_GAIN * depth_1)
-    patched = _per_round(coldread_rounds, build="patched", load_concurrency=best_bound)
-    upstream = _per_round(coldread_rounds, build="upstream")
-    device = stats.ratio(patched, _per_round(fio_rounds, iodepth=best_depth))
+    patched = tables.per_round(coldread_rounds, "gb_per_s", build="patched", load_concurrency=best_bound)
+    upstream = tables.per_round(coldread_rounds, "gb_per_s", build="upstream")
+    device = stats.ratio(patched, tables.per_round(fio_rounds, "gb_per_s", iodepth=best_depth))
     gain = stats.ratio(patched, upstream)
     rows = [
         _target("patched at its best load bound / fio at its best queue depth", device, PATCHED_VS_DEVICE, True,
@@ -223,8 +215,8 @@ def targets(coldread_rounds: pd.DataFrame, fio_rounds: pd.DataFrame, resume: pd.
                 f"best depth / depth 1 = {by_depth.max() / depth_1:.2f} (rewards parallelism at ≥ {PARALLEL_GAIN})"),
     ]
     if load_concurrency in by_depth.index and load_concurrency in by_bound.index:
-        configured = stats.ratio(_per_round(coldread_rounds, build="patched", load_concurrency=load_concurrency),
-                                 _per_round(fio_rounds, iodepth=load_concurrency))
+        configured = stats.ratio(tables.per_round(coldread_rounds, "gb_per_s", build="patched", load_concurrency=load_concurrency),
+                                 tables.per_round(fio_rounds, "gb_per_s", iodepth=load_concurrency))
         rows.append(_target(f"patched at the configured bound {load_concurrency} / fio at depth {load_concurrency}",
                             configured, PATCHED_VS_DEVICE, True,
                             f"patched {by_bound[load_concurrency]:.3f} GB/s; fio {by_depth[load_concurrency]:.3f} "

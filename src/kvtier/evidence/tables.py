@@ -60,3 +60,12 @@ def value_range(frame: pd.DataFrame, column: str) -> tuple[float, float]:
     if values.empty:
         raise KvtierError(f"no values in column {column!r} to take a range of")
     return float(values.min()), float(values.max())
+
+
+def per_round(frame: pd.DataFrame, metric: str, **where) -> dict[int, float]:
+    """{round: value of `metric`} of the rows matching every column = value in `where` (one row per round);
+    a missing value is left out, never read as zero."""
+    rows = frame
+    for column, value in where.items():
+        rows = rows[rows[column] == value]
+    return {int(r): float(v) for r, v in zip(rows["round"], rows[metric]) if pd.notna(v)}
