@@ -145,12 +145,18 @@ def test_a_campaign_without_R3_runs_is_refused_naming_the_switch(tmp_path):
 
 
 def test_a_tier_run_without_a_model_is_refused_before_any_server_starts(tmp_path):
-    from kvtier.runs.tier_run import TierSettings, run_tier
+    from kvtier.runs.tier_run import TierSettings, run_tier, run_tiers
     with pytest.raises(KvtierError, match="no config.json there"):
         run_tier("dram", TierSettings(model_dir=str(tmp_path / "nope")), tmp_path / "run")
     with pytest.raises(KvtierError, match="unknown tier 'vram'"):
         run_tier("vram", TierSettings(model_dir=str(tmp_path)), tmp_path / "run")
-    assert not (tmp_path / "run").exists()
+    (tmp_path / "config.json").write_text("{}")
+    # dram must fill L1 before local_disk's evictions empty it (L2 reads do not refill it): that order only.
+    with pytest.raises(KvtierError, match="only recompute then engine, or dram then local_disk"):
+        run_tiers(("local_disk", "dram"), TierSettings(model_dir=str(tmp_path)), (tmp_path / "a", tmp_path / "b"))
+    with pytest.raises(KvtierError, match="1 run directory for 2 tiers"):
+        run_tiers(("recompute", "engine"), TierSettings(model_dir=str(tmp_path)), (tmp_path / "run",))
+    assert not (tmp_path / "run").exists() and not (tmp_path / "a").exists()
 
 
 def test_vllm_is_launched_as_configured_for_a_cluster(monkeypatch):

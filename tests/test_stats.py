@@ -113,7 +113,23 @@ def test_a_quotient_of_figures_measured_apart_takes_its_interval_from_their_ends
 
 
 def test_the_schedule_chains_every_run_after_the_one_before():
-    plan = order.schedule(["A", "B", "C"], 2)
-    assert plan == [(1, "A"), (1, "B"), (1, "C"), (2, "C"), (2, "B"), (2, "A")]
-    assert order.before(plan, 1, "A") == [] and order.before(plan, 2, "C") == [(1, "C")]
-    assert [order.before(plan, *run) for run in plan[1:]] == [[run] for run in plan[:-1]]
+    plan = order.units_in_order(["A", "B", "C"], 2)
+    assert order.schedule(["A", "B", "C"], 2) == [(1, "A"), (1, "B"), (1, "C"), (2, "C"), (2, "B"), (2, "A")]
+    assert order.before(plan, 1, ["A"]) == [] and order.before(plan, 2, ["C"]) == [(1, "C")]
+    assert [order.before(plan, r, unit) for r, unit in plan[1:]] == [[(r, *unit)] for r, unit in plan[:-1]]
+
+
+def test_tiers_that_share_servers_run_back_to_back_in_the_rounds_direction():
+    from kvtier.core.tiers import server_units
+    kinds = ["recompute", "engine", "dram", "local_disk", "shared_pool", "cross_instance"]
+    units = server_units(kinds)
+    assert units == [("recompute", "engine"), ("dram", "local_disk"), ("shared_pool",), ("cross_instance",)]
+    assert server_units(kinds, share=False) == [(k,) for k in kinds]
+    assert server_units(["engine", "dram", "shared_pool"]) == [("engine",), ("dram",), ("shared_pool",)]
+    plan = order.units_in_order(units, 3)
+    assert plan[4:6] == [(2, ("cross_instance",)), (2, ("shared_pool",))]
+    assert plan[6:] == [(2, ("dram", "local_disk")), (2, ("recompute", "engine")),
+                        (3, ("dram", "local_disk")), (3, ("shared_pool",)), (3, ("cross_instance",)),
+                        (3, ("recompute", "engine"))]
+    assert order.schedule(units, 1) == [(1, kind) for kind in kinds]
+    assert order.before(plan, 2, ["recompute", "engine"]) == [(2, "dram"), (2, "local_disk")]

@@ -25,8 +25,10 @@ R2_OUTPUTS = ["R2.html", "R2.ipynb", "R2_table.csv", "R2_pool_vs_local_disk.csv"
 
 # The tests run the default target with the small preset: every tier, fewer and shorter sessions.
 PRESET = ["--configfile", "config/presets/test.yaml"]
-ALL_JOBS = {"model": 1, "lmcache_build": 2, "tier_run": 12, "campaign": 1, "render_R2_local": 1, "render_R3": 1,
-            "r1_reads": 1, "r1_resume": 1, "render_R1": 1, "render_R2": 1, "render_audit": 1, "index": 1, "all": 1}
+# Two rounds of four server starts: recompute then engine, dram then local_disk, shared_pool, and R3's run.
+ALL_JOBS = {"model": 1, "lmcache_build": 2, "tier_run_recompute_engine": 2, "tier_run_dram_local_disk": 2,
+            "tier_run_shared_pool": 2, "tier_run_cross_instance": 2, "campaign": 1, "render_R2_local": 1,
+            "render_R3": 1, "r1_reads": 1, "r1_resume": 1, "render_R1": 1, "render_R2": 1, "render_audit": 1, "index": 1, "all": 1}
 
 
 @pytest.fixture(scope="module")
@@ -206,13 +208,14 @@ def test_r3_instance_b_resumes_from_the_pool_instance_a_wrote(built):
 
 
 def test_the_tiers_ran_in_interleaved_rounds_one_at_a_time_and_pages_decide_with_intervals(built):
+    from kvtier.core.tiers import server_units
     from kvtier.evidence import measured
     from kvtier.runs.order import schedule
     campaign = built / "raw_data" / "runs" / "test"
     conditions = json.loads((campaign / "conditions.json").read_text())
     kinds = ["recompute", "engine", "dram", "local_disk", "shared_pool", "cross_instance"]
     # The order they actually ran in (by their own start times) is the rotation's.
-    expected = schedule(kinds, 2)
+    expected = schedule(server_units(kinds), 2)
     assert [(run["round"], run["kind"]) for run in conditions["order"]] == expected
     # One at a time: each run ended before the next began.
     records = [json.loads((campaign / f"round-{r}" / kind / "run.json").read_text()) for r, kind in expected]
@@ -253,7 +256,10 @@ def test_every_run_records_its_platform(built):
     lmcache = conditions["platform"]["software"]["lmcache"]
     build = json.loads((built / "build" / "lmcache" / "patched" / "build.json").read_text())
     assert lmcache["patch_set"] == build["patch_set"] != "none" and lmcache["build"]["artifact"] == build["artifact"]
-    log = (campaign / "round-1" / "local_disk" / "server_logs" / "lmcache.log").read_text()
+    # local_disk ran on the servers dram started: their logs are in dram's run, and its record says so.
+    shared = json.loads((campaign / "round-1" / "local_disk" / "run.json").read_text())["metadata"]["shared_servers"]
+    assert shared == {"tiers": ["dram", "local_disk"], "measured_before": ["dram"], "server_logs": "../dram/server_logs"}
+    log = (campaign / "round-1" / "local_disk" / shared["server_logs"] / "lmcache.log").read_text()
     assert "load_concurrency=16" in log, "the L2 adapter of the patched build, with the configured bound"
 
 

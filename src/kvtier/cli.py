@@ -143,14 +143,17 @@ def _cmd_model(args) -> None:
 
 
 def _cmd_tier_run(args) -> None:
-    from .runs.tier_run import CROSS_INSTANCE, TierSettings, run_cross_instance, run_tier
+    from .runs.tier_run import CROSS_INSTANCE, TierSettings, run_cross_instance, run_tiers
     settings = _settings(TierSettings, args.settings, "--settings")
-    if args.tier == CROSS_INSTANCE:
-        summary = run_cross_instance(settings, args.run_dir)
+    if CROSS_INSTANCE in args.tier:
+        if len(args.tier) > 1 or len(args.run_dir) > 1:
+            raise KvtierError(f"{CROSS_INSTANCE} runs alone: one tier and one --run-dir")
+        summaries = [run_cross_instance(settings, args.run_dir[0])]
     else:
-        summary = run_tier(args.tier, settings, args.run_dir)
-    for window in summary["windows"]:
-        print(f"{args.tier} {window['window']}: TTFT p50 {window['ttft_s']['p50']:.4f} s")
+        summaries = run_tiers(args.tier, settings, args.run_dir)
+    for tier, summary in zip(args.tier, summaries):
+        for window in summary["windows"]:
+            print(f"{tier} {window['window']}: TTFT p50 {window['ttft_s']['p50']:.4f} s")
 
 
 def _settings(cls, text: str, option: str):
@@ -331,10 +334,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_model)
 
     p = sub.add_parser("tier-run", help="one tier's cold-resume run on real vLLM (+ LMCache): servers started, "
-                       "measured and stopped")
-    p.add_argument("tier", help="recompute, engine, dram, local_disk or shared_pool; or cross_instance (R3: "
-                   "instance A populates the shared pool, instance B resumes from it)")
-    p.add_argument("--run-dir", required=True)
+                       "measured and stopped; or two tiers one server start measures, one after the other")
+    p.add_argument("tier", nargs="+", help="recompute, engine, dram, local_disk or shared_pool; or cross_instance "
+                   "(R3: instance A populates the shared pool, instance B resumes from it); or `recompute engine` "
+                   "or `dram local_disk` on the same servers")
+    p.add_argument("--run-dir", required=True, nargs="+", help="one run directory per tier, in their order")
     p.add_argument("--settings", required=True, help="JSON of kvtier.runs.tier_run.TierSettings")
     p.set_defaults(func=_cmd_tier_run)
 

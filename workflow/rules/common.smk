@@ -11,6 +11,7 @@ from kvtier.evidence.catalog import BY_ID as CATALOG
 from kvtier.core.errors import KvtierError
 from kvtier.runs import campaign as kvtier_campaign
 from kvtier.runs import order as kvtier_order
+from kvtier.core import tiers as kvtier_tiers
 
 # Name every layer of the merged config, so the message points at the file that holds the bad key.
 _config_sources = ["config/config.yaml", *map(str, workflow.overwrite_configfiles or [])]
@@ -44,12 +45,17 @@ TIER_SETTINGS = json.dumps({"model_dir": MODEL_DIR, "served_name": MODEL["served
                             "l2_load_concurrency": LMCACHE["load_concurrency"] if PATCHES else None,
                             "l2_use_odirect": LMCACHE["use_odirect"], "quiet": QUIET,
                             **{key: value for key, value in RUNS.items()
-                               if key not in ("enabled", "campaign", "tiers", "cross_instance", "server", "rounds")}})
-# The campaign's runs: one per tier, and R3's cross-instance run, in every one of `runs.rounds` rounds.
+                               if key not in ("enabled", "campaign", "tiers", "cross_instance", "server", "rounds",
+                                              "share_servers")}})
+# The campaign's runs: one per tier, and R3's cross-instance run, in every one of `runs.rounds` rounds; grouped
+# by server start (kvtier.core.tiers.server_units): one job per unit and round.
 RUN_KINDS = list(RUNS["tiers"]) + (["cross_instance"] if RUNS["cross_instance"] else [])
-# The order they are measured in: each round rotated (kvtier.runs.order), and each run waiting for the one before
-# it (rule tier_run's `after`), so that the DAG itself fixes the interleaving.
-SCHEDULE = kvtier_order.schedule(RUN_KINDS, RUNS["rounds"])
+RUN_UNITS = kvtier_tiers.server_units(RUN_KINDS, RUNS["share_servers"])
+# The order they are measured in: each round rotated (kvtier.runs.order), and each unit waiting for the one before
+# it (the tier_run rules' `after`), so that the DAG itself fixes the interleaving.
+UNIT_PLAN = kvtier_order.units_in_order(RUN_UNITS, RUNS["rounds"])
+SCHEDULE = kvtier_order.schedule(RUN_UNITS, RUNS["rounds"])
+
 TIER_RUN_DIR = f"{CAMPAIGN_DIR}/{kvtier_campaign.round_dir('{round}')}/{{tier}}"
 
 # R1 (kvtier.runs.r1): its reads compare both LMCache builds; its resume runs the configured one.

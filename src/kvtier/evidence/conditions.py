@@ -39,15 +39,23 @@ def campaign_markdown(conditions: dict) -> str:
 
 
 def rounds_line(order: list[dict]) -> str:
-    """How many rounds ran and in which order (conditions.json `order`: the runs by start time)."""
+    """How many rounds ran and in which order (conditions.json `order`: the runs by start time), runs measured on
+    one server start joined by +."""
     if not order:
         return "- **Rounds**: not recorded (a campaign from before rounds): every figure is one shot"
     rounds: dict[int, list[str]] = {}
     for run in order:
-        rounds.setdefault(run["round"], []).append(run["kind"])
-    sequence = "; ".join(f"round {r}: {' → '.join(kinds)}" for r, kinds in rounds.items())
-    return (f"- **Rounds**: {len(rounds)}; every run restarted its servers, populated and evicted on its own, and "
-            f"the order rotated from round to round (as measured: {sequence})")
+        units = rounds.setdefault(run["round"], [])
+        if run.get("after_on_same_servers") and units:
+            units[-1] += f" + {run['kind']}"
+        else:
+            units.append(run["kind"])
+    sequence = "; ".join(f"round {r}: {' → '.join(units)}" for r, units in rounds.items())
+    shared = any(run.get("after_on_same_servers") for run in order)
+    return (f"- **Rounds**: {len(rounds)}; every run populated and evicted on its own"
+            + (", runs joined by + on one server start (the second found the servers the first started)"
+               if shared else ", each on servers it started") +
+            f", and the order rotated from round to round (as measured: {sequence})")
 
 
 def quiet_line(quiet: dict | None, what: str = "windows") -> str:

@@ -3,7 +3,8 @@
     raw_data/runs/<campaign>/round-<r>/<kind>/  one `kvtier bench` run directory per tier and round
                                                 (tier_run.run_tier), and cross_instance/ for R3
                                                 (tier_run.run_cross_instance); the rounds' order is rotated
-                                                (kvtier.runs.order) and each run restarts its servers
+                                                (kvtier.runs.order); a run starts its servers, or measures on
+                                                those the tier before it started (runs.share_servers)
     raw_data/runs/<campaign>/R2_rounds.csv      TTFT p50 and output tok/s per round x tier x concurrency: only
                                                 valid windows (the raw material of every interval)
     raw_data/runs/<campaign>/R2_readings.csv    the median over the rounds of each tier x concurrency, in the
@@ -36,7 +37,7 @@ from ..bench.runner import RUN_FILE
 from ..core.atomic import write_text
 from ..core.errors import KvtierError
 from ..core.table_io import write_table
-from ..core.tiers import CROSS_INSTANCE, TIER_NAMES
+from ..core.tiers import CROSS_INSTANCE, L2_TIERS, TIER_NAMES
 from ..probes import platform_probe, quiet
 from ..probes.platform_probe import PLATFORM_FILE
 from .tier_run import POOL_FILE
@@ -196,8 +197,9 @@ def conditions(campaign_dir: Path, runs: list[RunRef]) -> dict:
     probes = {r.path: platform_probe.read(r.path / PLATFORM_FILE) for r in runs}
     first = probes[runs[0].path]
     pools = {}
-    for r in runs:
-        if r.kind not in pools and records[r.path].get("metadata", {}).get("pool"):
+    for r in runs:  # the pools the L2 tiers read (dram's LMCache may write one behind, never read it)
+        pool = records[r.path].get("metadata", {}).get("pool")
+        if r.kind in (*L2_TIERS, CROSS_INSTANCE) and r.kind not in pools and pool:
             pools[r.kind] = probes[r.path]["storage"]["shared_pool" if r.kind == CROSS_INSTANCE else r.kind]
     # Every probe records both pool paths, so this holds whichever tiers ran.
     same = first["storage"]["local_disk"]["st_dev"] == first["storage"]["shared_pool"]["st_dev"]
@@ -221,6 +223,9 @@ def conditions(campaign_dir: Path, runs: list[RunRef]) -> dict:
         "pools_on_same_device": same,
         "tiers": kinds,
         "rounds": sorted({r.round for r in runs}),
-        "order": [{"round": r.round, "kind": r.kind, "start": r.start} for r in runs],
+        # Each run, and the runs its servers measured before it (runs.share_servers; none: it started them).
+        "order": [{"round": r.round, "kind": r.kind, "start": r.start,
+                   "after_on_same_servers": records[r.path].get("metadata", {}).get("shared_servers", {}).get(
+                       "measured_before", [])} for r in runs],
         CROSS_INSTANCE: _cross_instance(cross[0].path) if cross else None,
     }

@@ -21,13 +21,22 @@ def rotation(items: Sequence, rounds: int) -> list[list]:
     return orders
 
 
-def schedule(kinds: Sequence[str], rounds: int) -> list[tuple[int, str]]:
-    """(round, kind) of every run, in the order they are measured: round r (from 1) runs `kinds` in the r-th
-    rotation."""
-    return [(r + 1, kind) for r, order in enumerate(rotation(kinds, rounds)) for kind in order]
+def units_in_order(units: Sequence, rounds: int) -> list[tuple[int, tuple[str, ...]]]:
+    """(round, unit) of every server start, in the order they are measured: the units (a kind, or a tuple of
+    kinds one server start measures, kvtier.core.tiers.server_units) rotated as `rotation` does. The kinds inside
+    a unit keep their order: the first fills what the second needs (SHARED_SERVERS)."""
+    units = [(u,) if isinstance(u, str) else tuple(u) for u in units]
+    return [(r + 1, unit) for r, order in enumerate(rotation(units, rounds)) for unit in order]
 
 
-def before(plan: list[tuple[int, str]], round_: int, kind: str) -> list[tuple[int, str]]:
-    """The run measured just before (round_, kind) in `plan`: one, or none for the first."""
-    at = plan.index((round_, kind))
-    return [plan[at - 1]] if at else []
+def schedule(units: Sequence, rounds: int) -> list[tuple[int, str]]:
+    """(round, kind) of every run, in the order they are measured (units_in_order, unit by unit)."""
+    return [(r, kind) for r, unit in units_in_order(units, rounds) for kind in unit]
+
+
+def before(plan: list[tuple[int, tuple[str, ...]]], round_: int, unit: Sequence[str]) -> list[tuple[int, str]]:
+    """(round, kind) of the runs of the unit measured just before `unit` of `round_` in `plan`
+    (units_in_order): none for the first."""
+    keys = [(r, frozenset(u)) for r, u in plan]
+    at = keys.index((round_, frozenset(unit)))
+    return [(plan[at - 1][0], kind) for kind in plan[at - 1][1]] if at else []

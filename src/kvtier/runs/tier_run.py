@@ -1,6 +1,7 @@
 """Tiered cold-resume runs: one tier, real vLLM (+ the real LMCache MP server), the cold-resume protocol.
 
-    recompute    vLLM without prefix caching and without a connector: every resume prefills the whole context
+    recompute    vLLM without a connector, its prefix cache emptied (or off) before each resume: every resume
+                 prefills the whole context
     engine       vLLM's own prefix cache (the "VRAM" tier): nothing is evicted, the prefix is still resident
     dram         + LMCache L1 in host memory: the engine prefix cache is reset before each resume
     local_disk   + LMCache L2 (fs adapter) on a local directory: before each resume the engine's prefix cache
@@ -13,11 +14,15 @@ and R3's run, `cross_instance`: two vLLM + LMCache pairs on the shared pool, A p
 Each tier is one `kvtier bench` cold-resume run (populate once, then evict and resume at each concurrency; recompute,
 which keeps no KV, populates one session as a warm-up),
 with the servers' logs under `server_logs/` of its run directory and both /metrics snapshotted around every
-resume, so attribution can prove which tier served the prefix.
+resume, so attribution can prove which tier served the prefix. Tiers one server start can measure
+(kvtier.core.tiers.SHARED_SERVERS) run one after the other on the same servers (run_tiers): recompute on the
+engine tier's vLLM, dram on local_disk's LMCache (its L2 written behind, never read by a dram resume); each run
+records which servers it shared, and the second of a pair found them warm.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -28,7 +33,7 @@ from pathlib import Path
 from ..bench.runner import BenchConfig, Runner, reset_prefix_cache
 from ..core.atomic import write_text
 from ..core.errors import KvtierError
-from ..core.tiers import CROSS_INSTANCE, L2_TIERS, TIER_NAMES
+from ..core.tiers import CROSS_INSTANCE, L2_TIERS, SHARED_SERVERS, TIER_NAMES
 from ..probes import pagecache, platform_probe, quiet
 from ..probes.platform_probe import PLATFORM_FILE
 from ..stack import lmcache_build
@@ -106,20 +111,27 @@ def wait_pool_settled(directory: str | os.PathLike, timeout_s: float = 120.0, qu
 
 
 class TierStack:
-    """The servers of one tier, restartable in place (same ports, same pool) for the L2 evictions."""
+    """The servers of one tier, or of the tiers one server start measures (SHARED_SERVERS), restartable in place
+    (same ports, same pool) for the L2 evictions."""
 
-    def __init__(self, tier: str, settings: TierSettings, log_dir: Path, clear_pool: bool = True):
-        if tier not in TIER_NAMES:
-            raise KvtierError(f"unknown tier {tier!r} (tiers: {', '.join(TIER_NAMES)})")
+    def __init__(self, tiers: str | tuple[str, ...], settings: TierSettings, log_dir: Path, clear_pool: bool = True):
+        tiers = (tiers,) if isinstance(tiers, str) else tuple(tiers)
+        for tier in tiers:
+            if tier not in TIER_NAMES:
+                raise KvtierError(f"unknown tier {tier!r} (tiers: {', '.join(TIER_NAMES)})")
+        if len(tiers) > 1 and tiers not in SHARED_SERVERS:
+            raise KvtierError(f"tiers {', '.join(tiers)}: one server start measures only "
+                              + ", or ".join(" then ".join(pair) for pair in SHARED_SERVERS))
         if not (Path(settings.model_dir) / "config.json").is_file():
             raise KvtierError(f"model_dir {settings.model_dir!r}: no config.json there (generate one with "
                               "`kvtier model --out DIR`, or point model.path at a model directory)")
-        self.tier, self.settings, self.log_dir, self.clear_pool = tier, settings, log_dir, clear_pool
+        self.tiers, self.settings, self.log_dir, self.clear_pool = tiers, settings, log_dir, clear_pool
         self.pool = None
-        if tier in L2_TIERS:
-            self.pool = Path(settings.local_disk_path if tier == "local_disk" else settings.shared_pool_path)
+        l2 = [tier for tier in tiers if tier in L2_TIERS]
+        if l2:
+            self.pool = Path(settings.local_disk_path if l2[0] == "local_disk" else settings.shared_pool_path)
         self.lmcache = None
-        if tier in ("dram", *L2_TIERS):
+        if any(tier in ("dram", *L2_TIERS) for tier in tiers):
             build = lmcache_build.read(settings.lmcache_build) if settings.lmcache_build else None
             options = ({"load_concurrency": settings.l2_load_concurrency}
                        if settings.l2_load_concurrency is not None else {})
@@ -129,9 +141,10 @@ class TierStack:
                                          l2_path=str(self.pool) if self.pool else None, l2_options=options,
                                          site=str(Path(settings.lmcache_build) / build["site"]) if build else None,
                                          transfer=settings.lmcache_transfer)
+        self.prefix_caching = tiers != ("recompute",)
         self.vllm = VllmServer(settings.model_dir, str(log_dir / "vllm.log"), served_name=settings.served_name,
                                max_model_len=settings.max_model_len, kv_cache_gib=settings.engine_kv_gib,
-                               prefix_caching=tier != "recompute",
+                               prefix_caching=self.prefix_caching,
                                lmcache_port=self.lmcache.port if self.lmcache else None,
                                platform=settings.platform, vllm_command=list(settings.vllm_command),
                                tensor_parallel_size=settings.tensor_parallel_size,
@@ -175,18 +188,30 @@ class TierStack:
             urls["lmcache"] = self.lmcache.metrics_url
         return urls
 
-    def evict(self) -> None:
-        """The eviction step of the cold-resume protocol, as this tier requires."""
-        if self.tier in ("recompute", "engine"):
+    def evict(self, tier: str | None = None) -> None:
+        """The eviction step of the cold-resume protocol, as `tier` requires (the stack's only tier by default)."""
+        if tier is None:
+            if len(self.tiers) > 1:
+                raise KvtierError(f"servers of {', '.join(self.tiers)}: name the tier to evict for")
+            tier = self.tiers[0]
+        if tier not in self.tiers:
+            raise KvtierError(f"servers of {', '.join(self.tiers)}: no eviction for tier {tier!r}")
+        if tier == "engine":
             return
-        if self.tier == "dram":
+        if tier == "recompute":
+            if self.prefix_caching:  # the engine tier's servers: empty its prefix cache, so the resume prefills
+                reset_prefix_cache(self.vllm.base_url)
+            return
+        if self.pool is not None:
+            # LMCache writes L2 behind the request: let the pool settle, so that no store runs during a window
+            # (for dram) and none is cut short into a miss (for the L2 tiers).
+            wait_pool_settled(self.pool)
+        if tier == "dram":
             reset_prefix_cache(self.vllm.base_url)
             return
         # L2 tiers: empty the engine's prefix cache and LMCache's L1, and make the pool's files cold, so that the
-        # resume reads them from the device. LMCache writes L2 behind the request, so first let the pool settle:
-        # a store cut short would turn into a miss. `clear` empties both caches through the servers' own APIs;
+        # resume reads them from the device. `clear` empties both caches through the servers' own APIs;
         # `restart` restarts both servers on the same pool (slower: a vLLM start per window).
-        wait_pool_settled(self.pool)
         if self.settings.l2_eviction == "clear":
             reset_prefix_cache(self.vllm.base_url)
             self.lmcache.clear_l1()
@@ -241,20 +266,40 @@ def _servers(stack: TierStack) -> dict:
 
 def run_tier(tier: str, settings: TierSettings, run_dir: str | os.PathLike) -> dict:
     """One tier's cold-resume run into `run_dir`; returns its summary. The servers are stopped whatever happens."""
-    run_dir = Path(run_dir)
+    return run_tiers((tier,), settings, (run_dir,))[0]
+
+
+def run_tiers(tiers: tuple[str, ...] | list[str], settings: TierSettings,
+              run_dirs: tuple | list) -> list[dict]:
+    """The cold-resume runs of the tiers one server start measures (one tier, or a SHARED_SERVERS pair in its
+    order), one after the other on the same servers, each into its run directory; returns their summaries. The
+    servers are stopped whatever happens."""
+    tiers, run_dirs = tuple(tiers), [Path(d) for d in run_dirs]
+    if len(tiers) != len(run_dirs):
+        raise KvtierError(f"tiers {', '.join(tiers)}: {len(run_dirs)} run director{'y' if len(run_dirs) == 1 else 'ies'}"
+                          f" for {len(tiers)} tier{'s' if len(tiers) > 1 else ''}")
     quiet.hook(settings.quiet)  # refuses bad quiet bounds before anything starts
-    stack = TierStack(tier, settings, run_dir / "server_logs")  # refuses a bad tier or model, writing nothing
-    _refuse_existing(run_dir)
-    probe_platform(settings, run_dir)
+    # Refuses a bad tier, pair or model, writing nothing; the servers' logs go with the run that starts them.
+    stack = TierStack(tiers, settings, run_dirs[0] / "server_logs")
+    for run_dir in run_dirs:
+        _refuse_existing(run_dir)
+    summaries = []
     with stack:
-        # Recompute keeps no KV (no prefix caching, no connector): populating every session would cost as much as
-        # a resume window and change nothing it measures, so one session warms the server instead.
-        warmup = {"populate_sessions": 1} if tier == "recompute" else {}
-        cfg = _bench_config(stack, settings, f"tier:{tier}", metrics_urls=stack.metrics_urls(), **warmup)
-        metadata = {"tier": tier, "pool": str(stack.pool) if stack.pool else None, "servers": _servers(stack),
-                    "platform": PLATFORM_FILE}
-        return Runner(cfg, run_dir, evict=stack.evict, progress=False, labels={"tier": tier},
-                      metadata=metadata, quiet=quiet.hook(settings.quiet)).run()
+        for at, (tier, run_dir) in enumerate(zip(tiers, run_dirs)):
+            probe_platform(settings, run_dir)
+            # Recompute keeps no KV: populating every session would cost as much as a resume window and change
+            # nothing it measures, so one session warms the server instead.
+            warmup = {"populate_sessions": 1} if tier == "recompute" else {}
+            cfg = _bench_config(stack, settings, f"tier:{tier}", metrics_urls=stack.metrics_urls(), **warmup)
+            metadata = {"tier": tier, "pool": str(stack.pool) if stack.pool else None, "servers": _servers(stack),
+                        "platform": PLATFORM_FILE,
+                        # The tiers these servers measured, and before this one; their logs are in the first's run.
+                        "shared_servers": {"tiers": list(tiers), "measured_before": list(tiers[:at]),
+                                           "server_logs": os.path.relpath(run_dirs[0] / "server_logs", run_dir)}}
+            summaries.append(Runner(cfg, run_dir, evict=functools.partial(stack.evict, tier), progress=False,
+                                    labels={"tier": tier}, metadata=metadata,
+                                    quiet=quiet.hook(settings.quiet)).run())
+    return summaries
 
 
 def _refuse_existing(run_dir: Path) -> None:
