@@ -15,6 +15,7 @@ include: "workflow/rules/lmcache.smk"
 include: "workflow/rules/runs.smk"
 include: "workflow/rules/measured.smk"
 include: "workflow/rules/r1.smk"
+include: "workflow/rules/boundary.smk"
 include: "workflow/rules/index.smk"
 
 

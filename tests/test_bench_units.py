@@ -22,6 +22,39 @@ def test_sessions_have_exact_lengths_and_share_no_prefix():
     assert resumed[0].prompt == sessions[0].context + sessions[0].followup and resumed[0].output_tokens == 32
 
 
+def test_multi_turn_conversations_grow_by_their_turns_and_return_round_robin():
+    opening, later = workloads.multi_turn(IDS, 3, 100, 8, 4, turns=3, reuse=1.0, seed=5)
+    assert [i.labels["session"] for i in opening] == ["mt-0000", "mt-0001", "mt-0002"]
+    assert all(len(i.prompt) == 108 and i.labels == {**i.labels, "turn": 1, "returning": False} for i in opening)
+    # Round-robin: every slot's turn 2, then every slot's turn 3; each prompt extends the previous turn's by the
+    # stand-in answer (4) and the follow-up (8).
+    assert [(i.labels["session"], i.labels["turn"]) for i in later] == [
+        ("mt-0000", 2), ("mt-0001", 2), ("mt-0002", 2), ("mt-0000", 3), ("mt-0001", 3), ("mt-0002", 3)]
+    assert all(i.labels["returning"] and i.output_tokens == 4 for i in later)
+    assert later[0].prompt[:108] == opening[0].prompt and len(later[0].prompt) == 120
+    assert later[3].prompt[:120] == later[0].prompt and len(later[3].prompt) == 132
+    assert len({tuple(i.prompt[:8]) for i in opening}) == 3, "conversations share no prefix"
+    again = workloads.multi_turn(IDS, 3, 100, 8, 4, turns=3, reuse=1.0, seed=5)
+    assert [i.prompt for i in again[1]] == [i.prompt for i in later]  # seeded
+
+
+def test_multi_turn_reuse_is_the_fraction_of_later_turns_that_return():
+    _, none = workloads.multi_turn(IDS, 4, 64, 8, 4, turns=3, reuse=0.0, seed=1)
+    assert not any(i.labels["returning"] for i in none) and all(i.labels["turn"] == 1 for i in none)
+    assert len({i.labels["session"] for i in none}) == 8 and all(len(i.prompt) == 72 for i in none)
+    opening, half = workloads.multi_turn(IDS, 8, 64, 8, 4, turns=26, reuse=0.5, seed=1)
+    returned = [i for i in half if i.labels["returning"]]
+    assert 0.4 < len(returned) / len(half) < 0.6
+    seen = {tuple(i.prompt) for i in opening}
+    for item in half:  # a returning turn extends a prompt sent before; a new conversation extends none
+        extends = any(tuple(item.prompt[:n]) in seen for n in range(64, len(item.prompt)))
+        assert extends == item.labels["returning"], item.request_id
+        seen.add(tuple(item.prompt))
+    for bad, match in (({"reuse": 1.5}, "reuse 1.5"), ({"turns": 1}, "turns >= 2")):
+        with pytest.raises(KvtierError, match=match):
+            workloads.multi_turn(IDS, 2, 64, 8, 4, **{"turns": 3, "reuse": 1.0, **bad}, seed=0)
+
+
 def test_trace_replay_preserves_prefix_reuse_and_scales():
     trace = workloads.load_trace(ROOT / "raw_data" / "traces" / "mooncake_conversation_trace.jsonl", limit=200)
     items = workloads.trace_requests(trace, IDS, seed=1, time_scale=0.5, length_scale=0.25)

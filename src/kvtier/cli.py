@@ -118,7 +118,7 @@ def _cmd_bench(args) -> None:
             trace=args.trace, time_scale=args.time_scale, length_scale=args.length_scale,
             max_requests=args.max_requests, max_input_tokens=args.max_input_tokens, seed=args.seed,
             timeout_s=args.timeout_s, ttft_sla_s=args.ttft_sla_s, metrics_urls=metrics_urls, evict=args.evict,
-            populate_url=args.populate_url)
+            populate_url=args.populate_url, turns=args.turns, reuse=args.reuse)
         run_dir = args.run_dir
     try:
         result = Runner(cfg, run_dir, resume=bool(args.resume)).run()
@@ -207,6 +207,19 @@ def _cmd_campaign(args) -> None:
     print(tables["attribution"][["tier", "concurrency", "valid", "rule"]].to_string(index=False))
 
 
+def _cmd_boundary_run(args) -> None:
+    from .runs.boundary import BoundarySettings, run_rounds
+    summaries = run_rounds(_settings(BoundarySettings, args.settings, "--settings"), args.rounds, args.boundary_dir)
+    print(f"boundary: {len(summaries)} cells of {args.rounds} round(s) into {args.boundary_dir}")
+
+
+def _cmd_boundary(args) -> None:
+    from .runs.boundary import aggregate
+    tables = aggregate(args.boundary_dir)
+    rounds = tables["B_rounds"]
+    print(rounds.groupby(["context_tokens", "concurrency", "scheme"])["ttft_p50_s"].median().to_string())
+
+
 def _cmd_workload_profile(args) -> None:
     from .bench import profile
     from .core.atomic import write_text
@@ -291,19 +304,23 @@ def build_parser() -> argparse.ArgumentParser:
                    "the rounds")
     p.set_defaults(func=_cmd_audit)
 
-    p = sub.add_parser("bench", help="measure an OpenAI-compatible server: cold-resume sessions, random requests "
-                       "or a trace replay, into a run directory", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = sub.add_parser("bench", help="measure an OpenAI-compatible server: cold-resume sessions, multi-turn "
+                       "conversations, random requests or a trace replay, into a run directory", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--base-url", help="server, e.g. http://127.0.0.1:8000")
     p.add_argument("--model", help="served model name")
     p.add_argument("--run-dir", help="new run directory (raw_data/runs/<run_id>)")
     p.add_argument("--resume", metavar="RUN_DIR", help="resume an incomplete run (its config is reused)")
-    p.add_argument("--workload", choices=("cold-resume", "random", "trace"), default="cold-resume")
+    p.add_argument("--workload", choices=("cold-resume", "multi-turn", "random", "trace"), default="cold-resume")
     p.add_argument("--endpoint", choices=("completions", "chat"), default="completions")
     p.add_argument("--concurrency", type=int, nargs="+", default=[8, 16, 32], help="closed-loop concurrencies")
     p.add_argument("--rate", type=float, help="open loop: Poisson arrivals at this many requests/s (random)")
-    p.add_argument("--sessions", type=int, default=16, help="cold-resume sessions")
+    p.add_argument("--sessions", type=int, default=16, help="cold-resume sessions; multi-turn conversation slots")
     p.add_argument("--context-tokens", type=int, default=4096, help="tokens of each session's context")
-    p.add_argument("--followup-tokens", type=int, default=32, help="tokens of the follow-up turn")
+    p.add_argument("--followup-tokens", type=int, default=32, help="tokens of the follow-up turn (multi-turn: "
+                   "of every turn)")
+    p.add_argument("--turns", type=int, default=4, help="multi-turn: turns per conversation")
+    p.add_argument("--reuse", type=float, default=1.0, help="multi-turn: fraction of later turns that return to "
+                   "their conversation (the rest open a new one)")
     p.add_argument("--output-tokens", type=int, default=32, help="tokens to generate per request")
     p.add_argument("--requests", type=int, default=64, help="random requests per window")
     p.add_argument("--input-tokens", type=int, default=512, help="prompt tokens of each random request")
@@ -378,6 +395,17 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("campaign", help="aggregate a campaign's tier runs: R2 readings, attribution, correctness")
     p.add_argument("campaign_dir")
     p.set_defaults(func=_cmd_campaign)
+
+    p = sub.add_parser("boundary-run", help="evidence B's grid on real vLLM (+ LMCache): engine_only and offload "
+                       "side by side, multi-turn cells of concurrency x context, in rounds")
+    p.add_argument("--rounds", type=int, default=1, help="rounds of the whole grid, each in its own order")
+    p.add_argument("--boundary-dir", required=True, help="where the cells go (<dir>/cells/, new)")
+    p.add_argument("--settings", required=True, help="JSON of kvtier.runs.boundary.BoundarySettings")
+    p.set_defaults(func=_cmd_boundary_run)
+
+    p = sub.add_parser("boundary", help="aggregate a boundary run's rounds: B_rounds.csv, attribution, outputs")
+    p.add_argument("boundary_dir")
+    p.set_defaults(func=_cmd_boundary)
 
     p = sub.add_parser("workload", help="what a workload asks of the KV cache (document 000's first step)")
     workload = p.add_subparsers(dest="workload_command", required=True, metavar="SUBCOMMAND")

@@ -9,6 +9,7 @@ from kvtier.evidence import r1 as kvtier_r1
 from kvtier.evidence.render import cli_args as render_args
 from kvtier.evidence.catalog import BY_ID as CATALOG
 from kvtier.core.errors import KvtierError
+from kvtier.runs import boundary as kvtier_boundary
 from kvtier.runs import campaign as kvtier_campaign
 from kvtier.runs import order as kvtier_order
 from kvtier.core import tiers as kvtier_tiers
@@ -70,9 +71,21 @@ R1_RESUME_SETTINGS = json.dumps(R1["resume"])
 # The raw files the R1 page reads (hashed into its manifest).
 R1_RAW_FILES = kvtier_r1.RAW_FILES
 
+# Evidence B (kvtier.runs.boundary): the grid, on the tier runs' servers with the boundary's capacity and pool.
+BOUNDARY = config["boundary"]
+BOUNDARY_DIR = f"{CAMPAIGN_DIR}/B"
+_BOUNDARY_SERVERS = {**json.loads(TIER_SETTINGS), "engine_kv_tokens": BOUNDARY["engine_kv_tokens"],
+                     "max_model_len": BOUNDARY["max_model_len"], "lmcache_l1_gb": BOUNDARY["lmcache_l1_gb"],
+                     "local_disk_path": BOUNDARY["pool_path"]}
+_NOT_IN_SETTINGS = ("enabled", "rounds", "engine_kv_tokens", "max_model_len", "lmcache_l1_gb", "pool_path", "slas")
+BOUNDARY_SETTINGS = json.dumps({"servers": _BOUNDARY_SERVERS,
+                                **{k: v for k, v in BOUNDARY.items() if k not in _NOT_IN_SETTINGS}})
+BOUNDARY_CELLS = f"{BOUNDARY_DIR}/{kvtier_boundary.CELLS_DIR}"
+
 # Evidence items this run builds (catalog ids), and the evidence folder of each.
 ITEMS = (list(config["replay"]["items"]) + (["A"] if config["audit"]["enabled"] else []) + (["R1"] if R1["enabled"] else [])
-         + (["R2_local"] if RUNS["enabled"] else []) + (["R3"] if RUNS["enabled"] and RUNS["cross_instance"] else []))
+         + (["R2_local"] if RUNS["enabled"] else []) + (["R3"] if RUNS["enabled"] and RUNS["cross_instance"] else [])
+         + (["B"] if BOUNDARY["enabled"] else []))
 FOLDERS = [CATALOG[item].folder for item in ITEMS]
 SOURCES = sorted(glob.glob(f"{PUBLISHED}/sources/*.txt"))
 

@@ -39,7 +39,7 @@ from .records import RecordWriter, latest_per_request, read_records
 from .tokens import ServerTokenizer, alphabet
 
 RUN_FILE, REQUESTS_FILE, SUMMARY_FILE, METRICS_DIR = "run.json", "requests.jsonl", "summary.json", "metrics"
-WORKLOADS = ("cold-resume", "random", "trace")
+WORKLOADS = ("cold-resume", "multi-turn", "random", "trace")
 
 
 @dataclass
@@ -70,6 +70,8 @@ class BenchConfig:
                                              # instance on the same shared pool: the R3 protocol)
     populate_sessions: int | None = None     # cold-resume: populate only the first N sessions (None: all);
                                              # recompute keeps no KV, so populate is only its warm-up
+    turns: int = 4                           # multi-turn: turns per conversation (the first opens it)
+    reuse: float = 1.0                       # multi-turn: fraction of later turns that return to a conversation
 
     def check(self) -> None:
         if self.workload not in WORKLOADS:
@@ -92,6 +94,12 @@ class BenchConfig:
         if self.populate_sessions is not None and not 1 <= self.populate_sessions <= self.sessions:
             raise KvtierError(f"populate sessions {self.populate_sessions}: must be from 1 to sessions "
                               f"({self.sessions})")
+        if self.turns < 2:
+            raise KvtierError(f"turns {self.turns}: a multi-turn conversation has at least 2")
+        if not 0 <= self.reuse <= 1:
+            raise KvtierError(f"reuse {self.reuse}: a fraction of the later turns, from 0 to 1")
+        if self.workload == "multi-turn" and self.followup_tokens < 1:
+            raise KvtierError("followup-tokens 0: each turn of a multi-turn workload appends at least one token")
         if self.populate_url:
             if self.workload != "cold-resume":
                 raise KvtierError("a populate URL applies to the cold-resume workload only")
@@ -163,6 +171,17 @@ def plan(cfg: BenchConfig, ids: list[int]) -> list[Phase]:
         phases = [Phase("populate", workloads.populate(populated), cfg.concurrency[0], measured=False)]
         phases += [Phase(f"resume-c{c}", workloads.resume(sessions, cfg.output_tokens, c), c, measured=True,
                          evict_before=True) for c in cfg.concurrency]
+        return phases
+    if cfg.workload == "multi-turn":
+        # Per concurrency its own conversations: the openings (unmeasured; the eviction, if any, comes before
+        # them, never inside the window), then the later turns, measured, closed loop.
+        phases = []
+        for c in cfg.concurrency:
+            opening, later = workloads.multi_turn(ids, cfg.sessions, cfg.context_tokens, cfg.followup_tokens,
+                                                  cfg.output_tokens, cfg.turns, cfg.reuse, cfg.seed,
+                                                  tag=f"mt-L{cfg.context_tokens}-c{c}")
+            phases += [Phase(f"open-c{c}", opening, c, measured=False, evict_before=True),
+                       Phase(f"turns-c{c}", later, c, measured=True)]
         return phases
     if cfg.workload == "random":
         if cfg.rate_per_s:
@@ -372,7 +391,7 @@ def summarize(run_dir: Path, run: dict, ttft_sla_s: float | None) -> dict:
                         "ttft_reconciliation": summary.reconcile(stats, server_ttft),
                         "quiet": window.get("quiet")})
     result = {"run_id": run["run_id"], "schema": "summary.schema.yaml", "windows": windows,
-              "unmeasured_requests": len([r for r in records if r["phase"] == "populate"])}
+              "unmeasured_requests": len([r for r in records if r["phase"] not in run["windows"]])}
     validate_summary(result)
     write_text(run_dir / SUMMARY_FILE, json.dumps(result, indent=2) + "\n")
     return result

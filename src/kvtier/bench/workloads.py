@@ -1,4 +1,5 @@
-"""What to send: cold-resume sessions, fixed-shape random requests, and replays of Mooncake traces.
+"""What to send: cold-resume sessions, multi-turn conversations, fixed-shape random requests, and replays of
+Mooncake traces.
 
 Every workload is seeded and built before the clock starts. Prompts are token ids (exact lengths, counted with
 the served model's tokenizer); the chat endpoint gets them detokenized to text.
@@ -58,6 +59,65 @@ def resume(sessions_: list[Session], output_tokens: int, concurrency: int) -> li
     """Context plus follow-up turn for every session: the cold resume."""
     return [Item(f"{s.id}/resume/c{concurrency}", "resume", s.context + s.followup, output_tokens,
                  {"session": s.id}) for s in sessions_]
+
+
+@dataclass
+class Conversation:
+    """One conversation of a multi-turn workload: its context, and every turn's text so far. Turn k's prompt is
+    the context, then for each earlier turn its follow-up and a stand-in answer, then turn k's follow-up: what a
+    chat client resends, with the model's own answers replaced by fixed tokens so that the whole workload is
+    known before the clock starts (the engine caches the prompt it computed, so a return reuses the previous
+    turn's prompt, not the stand-in)."""
+    id: str
+    rng: random.Random
+    prompt: list[int]
+    turns: int = 0
+
+
+def multi_turn(ids: list[int], sessions_: int, context_tokens: int, followup_tokens: int, answer_tokens: int,
+               turns: int, reuse: float, seed: int, tag: str = "mt") -> tuple[list[Item], list[Item]]:
+    """A multi-turn workload, round-robin over `sessions_` conversation slots: (the opening turn of each slot,
+    the later turns in the order they are sent).
+
+    The later turns are (turns - 1) x sessions_ requests. Each takes the next slot in round-robin order and, with
+    probability `reuse` (seeded), returns to that slot's conversation with its next turn; otherwise it opens a new
+    conversation there (a fresh context, which shares no prefix with any other). So `reuse` is the fraction of
+    later turns whose prefix was sent before, and the working set stays `sessions_` conversations: whether a
+    returning prefix is still in a cache follows from the cache's capacity and its own eviction, never from a
+    reset. Labels: `session`, `turn` (1 for an opening) and `returning`."""
+    if sessions_ < 1 or context_tokens < 1 or followup_tokens < 1 or answer_tokens < 0 or turns < 2:
+        raise KvtierError(f"multi-turn needs sessions >= 1, context_tokens >= 1, followup_tokens >= 1, answer "
+                          f"tokens >= 0 and turns >= 2; got {sessions_}, {context_tokens}, {followup_tokens}, "
+                          f"{answer_tokens}, {turns}")
+    if not 0 <= reuse <= 1:
+        raise KvtierError(f"multi-turn reuse {reuse}: a fraction of the later turns, from 0 to 1")
+    opened = 0
+
+    def open_one() -> Conversation:
+        nonlocal opened
+        rng = random.Random(f"{seed}/{tag}/conversation/{opened}")
+        opened += 1
+        return Conversation(f"{tag}-{opened - 1:04d}", rng, sequence(rng, ids, context_tokens))
+
+    def next_turn(conversation: Conversation, returning: bool) -> Item:
+        if conversation.turns:  # the previous turn's stand-in answer
+            conversation.prompt = conversation.prompt + sequence(conversation.rng, ids, answer_tokens)
+        conversation.prompt = conversation.prompt + sequence(conversation.rng, ids, followup_tokens)
+        conversation.turns += 1
+        return Item(f"{conversation.id}/turn{conversation.turns}", "turn", conversation.prompt, answer_tokens or 1,
+                    {"session": conversation.id, "turn": conversation.turns, "returning": returning})
+
+    slots = [open_one() for _ in range(sessions_)]
+    opening = [next_turn(c, returning=False) for c in slots]
+    choose = random.Random(f"{seed}/{tag}/reuse")
+    later = []
+    for i in range((turns - 1) * sessions_):
+        slot = i % sessions_
+        returning = choose.random() < reuse
+        if not returning:
+            slots[slot] = open_one()
+        later.append(next_turn(slots[slot], returning))
+    return opening, later
 
 
 def random_requests(ids: list[int], count: int, input_tokens: int, output_tokens: int, seed: int,

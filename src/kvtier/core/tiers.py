@@ -7,6 +7,10 @@ TIER_NAMES = ("recompute", "engine", "dram", "local_disk", "shared_pool")
 L2_TIERS = ("local_disk", "shared_pool")  # LMCache L2 on a pool directory
 CROSS_INSTANCE = "cross_instance"  # R3: the shared pool written by one instance, read by another
 
+# Evidence B's schemes (document 000): the KV cache kept in engine memory, or offloaded (kvtier.runs.boundary).
+ENGINE_ONLY, OFFLOAD = "engine_only", "offload"
+SCHEMES = (ENGINE_ONLY, OFFLOAD)
+
 LABELS = {
     "recompute": "recompute (no KV store)",
     "engine": "engine prefix cache",

@@ -21,14 +21,13 @@ import pandas as pd
 
 from ..core.errors import KvtierError
 from ..core.table_io import read_table
+from ..core.tiers import ENGINE_ONLY, OFFLOAD
+from ..runs.boundary import ROUNDS_FILE
 from . import stats, tables
 
-ENGINE, OFFLOAD = "engine_only", "offload"
+ENGINE = ENGINE_ONLY
 TIE = "tie"
 GRID_COLUMNS = ("scheme", "concurrency", "context_tokens", "round")
-
-
-ROUNDS_FILE = "B_rounds.csv"  # a boundary run's cells, one row per scheme x concurrency x context x round
 
 
 def load_grid(boundary_dir: str | os.PathLike) -> pd.DataFrame:
@@ -138,3 +137,79 @@ def sla_regions(grid: pd.DataFrame, slas: list[tuple[str, float]]) -> pd.DataFra
                          "verdict": stats.target(figure, limit, at_least=False)})
     return pd.DataFrame(rows, columns=["metric", "sla_s", "scheme", "context_tokens", "concurrency", "value",
                                        "low", "high", "verdict"])
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The page (notebooks/B.py)
+
+ATTRIBUTION_FILE, CORRECTNESS_FILE, CONDITIONS_FILE = "B_attribution.csv", "B_correctness.csv", "conditions.json"
+SHARES = ("engine_frac", "l1_frac", "l2_frac", "recompute_frac")
+
+
+@dataclass
+class Measured:
+    """A boundary run's tables (kvtier.runs.boundary.aggregate) and what the page derives from them."""
+    grid: pd.DataFrame
+    attribution: pd.DataFrame
+    correctness: pd.DataFrame
+    conditions: dict
+    won: pd.DataFrame
+
+
+def load(boundary_dir: str | os.PathLike) -> Measured:
+    import json
+    boundary_dir = Path(boundary_dir)
+    grid = load_grid(boundary_dir)
+    found = {}
+    for name in (ATTRIBUTION_FILE, CORRECTNESS_FILE, CONDITIONS_FILE):
+        path = boundary_dir / name
+        if not path.is_file():
+            raise KvtierError(f"{boundary_dir}: {name} missing (`kvtier boundary {boundary_dir}` writes it)")
+        found[name] = json.loads(path.read_text()) if name.endswith(".json") else read_table(path)
+    return Measured(grid, found[ATTRIBUTION_FILE], found[CORRECTNESS_FILE], found[CONDITIONS_FILE], winners(grid))
+
+
+def cell_medians(grid: pd.DataFrame) -> pd.DataFrame:
+    """Per cell and scheme, the median over the rounds of every reading (valid rounds only)."""
+    metrics = [c for c in ("ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "output_tok_s") if c in grid.columns]
+    keys = ["context_tokens", "concurrency", "scheme"]
+    return grid.groupby(keys)[metrics].median().reset_index().sort_values(keys).reset_index(drop=True)
+
+
+def attribution_medians(attribution: pd.DataFrame) -> pd.DataFrame:
+    """Per cell and scheme, the median over the rounds of where the prompt tokens came from, and how many rounds
+    were valid: why a cell went one way (the engine ran out of room: its recompute share rises)."""
+    keys = ["context_tokens", "concurrency", "scheme"]
+    shares = attribution.groupby(keys)[list(SHARES)].median()
+    valid = attribution.groupby(keys)["valid"].agg(lambda v: f"{int(v.sum())}/{len(v)}").rename("valid rounds")
+    return shares.join(valid).reset_index()
+
+
+def heatmap(won: pd.DataFrame, title: str = "offload / engine_only TTFT p50 (median over rounds)"):
+    """The grid as a heatmap of the ratio (below 1: offload faster), each cell labelled with its winner."""
+    import altair as alt
+    shown = won.assign(label=won["ratio"].map(lambda r: f"{r:.2f}") + "\n" + won["winner"])
+    base = alt.Chart(shown, title=title).encode(
+        x=alt.X("concurrency:O", title="concurrency", axis=alt.Axis(labelAngle=0)),
+        y=alt.Y("context_tokens:O", title="context (tokens)", sort="descending"))
+    cells = base.mark_rect().encode(
+        color=alt.Color("ratio:Q", title="ratio", scale=alt.Scale(type="log", scheme="redblue", domainMid=1,
+                                                                   reverse=True)),
+        tooltip=["context_tokens", "concurrency", alt.Tooltip("ratio:Q", format=".3f"),
+                 alt.Tooltip("ratio_low:Q", format=".3f"), alt.Tooltip("ratio_high:Q", format=".3f"), "winner"])
+    text = base.mark_text(fontSize=12, lineBreak="\n").encode(text="label:N")
+    return (cells + text).properties(width=90 * max(1, won["concurrency"].nunique()),
+                                     height=60 * max(1, won["context_tokens"].nunique()))
+
+
+def write_evidence(measured: Measured, out_dir: str | os.PathLike, slas: list[tuple[str, float]],
+                   png_scale: float = 2.0) -> list[Path]:
+    """The page's tables (CSV) and heatmap (PNG + SVG) into `out_dir`; the paths written."""
+    from ..core.table_io import write_table
+    from .charts import save_chart
+    out_dir = Path(out_dir)
+    frames = {"B_cells.csv": cell_medians(measured.grid), "B_winners.csv": measured.won,
+              "B_sla.csv": sla_regions(measured.grid, slas),
+              "B_attribution.csv": attribution_medians(measured.attribution)}
+    written = [write_table(frame, out_dir / name) for name, frame in frames.items()]
+    return written + save_chart(heatmap(measured.won), out_dir / "B_chart", png_scale=png_scale)

@@ -50,16 +50,20 @@ def _sum(deltas: dict, name: str, label: str | None = None) -> float:
     return sum(v for k, v in deltas.items() if k.split("{", 1)[0] == name and (label is None or label in k))
 
 
-def attribution(tier: str, window: dict) -> dict:
+def token_sources(window: dict) -> dict:
+    """Where a window's prompt tokens came from, by the servers' /metrics deltas: computed by vLLM, its prefix
+    cache, the connector (LMCache), and LMCache's L1 and L2 hits."""
     vllm = window["server_metrics"].get("vllm", {}).get("deltas", {})
     lmcache = window["server_metrics"].get("lmcache", {}).get("deltas", {})
-    row = {
-        "tier": tier, "concurrency": window["concurrency"], "prompt_tokens": window["prompt_tokens"],
-        "local_compute": _sum(vllm, SOURCE, 'source="local_compute"'),
-        "local_cache_hit": _sum(vllm, SOURCE, 'source="local_cache_hit"'),
-        "external_kv_transfer": _sum(vllm, SOURCE, 'source="external_kv_transfer"'),
-        "l1_hit_tokens": _sum(lmcache, L1_HITS), "l2_hit_tokens": _sum(lmcache, L2_HITS),
-    }
+    return {"prompt_tokens": window["prompt_tokens"],
+            "local_compute": _sum(vllm, SOURCE, 'source="local_compute"'),
+            "local_cache_hit": _sum(vllm, SOURCE, 'source="local_cache_hit"'),
+            "external_kv_transfer": _sum(vllm, SOURCE, 'source="external_kv_transfer"'),
+            "l1_hit_tokens": _sum(lmcache, L1_HITS), "l2_hit_tokens": _sum(lmcache, L2_HITS)}
+
+
+def attribution(tier: str, window: dict) -> dict:
+    row = {"tier": tier, "concurrency": window["concurrency"], **token_sources(window)}
     prompt = row["prompt_tokens"] or 0
     half = prompt / 2
     rules = {

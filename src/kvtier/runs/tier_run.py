@@ -38,6 +38,7 @@ from ..probes import pagecache, platform_probe, quiet
 from ..probes.platform_probe import PLATFORM_FILE
 from ..stack import lmcache_build
 from ..stack.lmcache_server import LMCacheServer
+from ..stack.model import kv_bytes_per_token
 from ..stack.vllm_server import VllmServer
 
 POOL_FILE = "pool_after_populate.json"
@@ -56,6 +57,9 @@ class TierSettings:
     seed: int = 0
     max_model_len: int = 16384
     engine_kv_gib: float = 2.0
+    # The engine's KV capacity in tokens instead (sized from the model's config; --kv-cache-memory-bytes): the
+    # boundary run sets it so that its working sets overflow the engine.
+    engine_kv_tokens: int | None = None
     lmcache_l1_gb: float = 2.0
     local_disk_path: str = "pool/local_disk"
     shared_pool_path: str = "pool/shared_pool"
@@ -142,8 +146,11 @@ class TierStack:
                                          site=str(Path(settings.lmcache_build) / build["site"]) if build else None,
                                          transfer=settings.lmcache_transfer)
         self.prefix_caching = tiers != ("recompute",)
+        kv_bytes = (settings.engine_kv_tokens * kv_bytes_per_token(settings.model_dir, settings.dtype)
+                    if settings.engine_kv_tokens else None)
         self.vllm = VllmServer(settings.model_dir, str(log_dir / "vllm.log"), served_name=settings.served_name,
                                max_model_len=settings.max_model_len, kv_cache_gib=settings.engine_kv_gib,
+                               kv_cache_bytes=kv_bytes,
                                prefix_caching=self.prefix_caching,
                                lmcache_port=self.lmcache.port if self.lmcache else None,
                                platform=settings.platform, vllm_command=list(settings.vllm_command),
@@ -260,7 +267,7 @@ def _bench_config(stack: TierStack, settings: TierSettings, evict: str, **extra)
                        evict=evict, **extra)
 
 
-def _servers(stack: TierStack) -> dict:
+def server_commands(stack: TierStack) -> dict:
     return {"vllm": stack.vllm.command(), "lmcache": stack.lmcache.command() if stack.lmcache else None}
 
 
@@ -276,8 +283,8 @@ def run_tiers(tiers: tuple[str, ...] | list[str], settings: TierSettings,
     servers are stopped whatever happens."""
     tiers, run_dirs = tuple(tiers), [Path(d) for d in run_dirs]
     if len(tiers) != len(run_dirs):
-        raise KvtierError(f"tiers {', '.join(tiers)}: {len(run_dirs)} run director{'y' if len(run_dirs) == 1 else 'ies'}"
-                          f" for {len(tiers)} tier{'s' if len(tiers) > 1 else ''}")
+        dirs = f"{len(run_dirs)} run director{'y' if len(run_dirs) == 1 else 'ies'}"
+        raise KvtierError(f"tiers {', '.join(tiers)}: {dirs} for {len(tiers)} tier{'s' if len(tiers) > 1 else ''}")
     quiet.hook(settings.quiet)  # refuses bad quiet bounds before anything starts
     # Refuses a bad tier, pair or model, writing nothing; the servers' logs go with the run that starts them.
     stack = TierStack(tiers, settings, run_dirs[0] / "server_logs")
@@ -291,8 +298,8 @@ def run_tiers(tiers: tuple[str, ...] | list[str], settings: TierSettings,
             # nothing it measures, so one session warms the server instead.
             warmup = {"populate_sessions": 1} if tier == "recompute" else {}
             cfg = _bench_config(stack, settings, f"tier:{tier}", metrics_urls=stack.metrics_urls(), **warmup)
-            metadata = {"tier": tier, "pool": str(stack.pool) if stack.pool else None, "servers": _servers(stack),
-                        "platform": PLATFORM_FILE,
+            metadata = {"tier": tier, "pool": str(stack.pool) if stack.pool else None,
+                        "servers": server_commands(stack), "platform": PLATFORM_FILE,
                         # The tiers these servers measured, and before this one; their logs are in the first's run.
                         "shared_servers": {"tiers": list(tiers), "measured_before": list(tiers[:at]),
                                            "server_logs": os.path.relpath(run_dirs[0] / "server_logs", run_dir)}}
@@ -343,7 +350,7 @@ def run_cross_instance(settings: TierSettings, run_dir: str | os.PathLike) -> di
         cfg = _bench_config(reader, settings, "cross-instance:shared_pool", metrics_urls=urls,
                             populate_url=writer.vllm.base_url)
         metadata = {"tier": CROSS_INSTANCE, "pool": str(reader.pool), "platform": PLATFORM_FILE,
-                    "servers": {"reader": _servers(reader), "writer": _servers(writer)}}
+                    "servers": {"reader": server_commands(reader), "writer": server_commands(writer)}}
         return Runner(cfg, run_dir, evict=_ReaderEviction(reader, run_dir), progress=False,
                       labels={"tier": CROSS_INSTANCE}, metadata=metadata, quiet=quiet.hook(settings.quiet)).run()
     finally:

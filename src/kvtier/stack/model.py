@@ -53,6 +53,27 @@ class ModelSpec:
         return 2 * self.layers * self.kv_heads * self.head_dim * width
 
 
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+
+
+def kv_bytes_per_token(model_dir: str | os.PathLike, dtype: str = "auto") -> int:
+    """Bytes of KV one token takes in the engine, from the model's config.json (any Llama-like model): 2 (K and V)
+    x layers x KV heads x head size x the width of `dtype` (`auto`: the config's torch_dtype)."""
+    path = Path(model_dir) / "config.json"
+    try:
+        config = json.loads(path.read_text())
+        heads = config["num_attention_heads"]
+        kv_heads = config.get("num_key_value_heads") or heads
+        head_dim = config.get("head_dim") or config["hidden_size"] // heads
+        layers = config["num_hidden_layers"]
+    except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError) as exc:
+        raise KvtierError(f"{path}: cannot size the KV of one token ({type(exc).__name__}: {exc})") from None
+    name = config.get("torch_dtype", "float32") if dtype == "auto" else dtype
+    if name not in DTYPE_BYTES:
+        raise KvtierError(f"{path}: KV dtype {name!r} unknown (one of {', '.join(DTYPE_BYTES)})")
+    return 2 * layers * kv_heads * head_dim * DTYPE_BYTES[name]
+
+
 def _corpus(seed: int, lines: int = 20000):
     rng = random.Random(seed)
     letters = "abcdefghijklmnopqrstuvwxyz"

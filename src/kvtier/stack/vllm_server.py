@@ -27,6 +27,7 @@ class VllmServer(ManagedProcess):
     dtype: str = "float32"
     max_model_len: int = 16384
     kv_cache_gib: float = 2.0
+    kv_cache_bytes: int | None = None        # the engine's KV capacity exactly (--kv-cache-memory-bytes), any platform
     enforce_eager: bool = True
     prefix_caching: bool = True
     lmcache_port: int | None = None          # connect to an LMCache MP server on this port
@@ -61,6 +62,8 @@ class VllmServer(ManagedProcess):
             cmd.append("--enforce-eager")
         if not self.prefix_caching:
             cmd.append("--no-enable-prefix-caching")
+        if self.kv_cache_bytes is not None:
+            cmd += ["--kv-cache-memory-bytes", str(int(self.kv_cache_bytes))]
         if self.platform != "cpu":
             cmd += ["--tensor-parallel-size", str(self.tensor_parallel_size),
                     "--gpu-memory-utilization", f"{self.gpu_memory_utilization:g}"]
@@ -73,7 +76,9 @@ class VllmServer(ManagedProcess):
 
     def environment(self) -> dict[str, str]:
         env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1"}  # /reset_prefix_cache, the dram tier's eviction
-        if self.platform == "cpu":
+        if self.kv_cache_bytes is not None:
+            env.pop("VLLM_CPU_KVCACHE_SPACE", None)  # on CPU it would override --kv-cache-memory-bytes
+        elif self.platform == "cpu":
             env["VLLM_CPU_KVCACHE_SPACE"] = f"{self.kv_cache_gib:g}"
         return {**env, **self.env}
 

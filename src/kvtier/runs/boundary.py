@@ -1,0 +1,285 @@
+"""Evidence B's boundary run: keep the KV cache in the engine, or offload it, over a grid of concurrency x context.
+
+Two schemes on one server configuration, started side by side once and measured cell by cell, round by round:
+
+    engine_only  vLLM with its prefix cache and a fixed KV capacity (`engine_kv_tokens`), no connector: a
+                 conversation the engine has evicted is recomputed
+    offload      the same vLLM with the LMCache MP server (L1 in DRAM, L2 on the local-disk path, the configured
+                 build): an evicted conversation is reloaded
+
+A cell (context L, concurrency c) serves `sessions_per_slot` x c multi-turn conversations closed loop at c
+(kvtier.bench.workloads.multi_turn): their openings, then the later turns, measured. Nothing is reset inside a
+cell, so whether a returning prefix is still in the engine follows from its capacity and its own LRU; between
+cells both schemes' caches are emptied, so every cell starts alike. Cells run in the grid's order (reversed
+every other round) and the two schemes alternate which goes first from cell to cell (A B, B A, ...).
+
+    <boundary_dir>/cells/round-<r>/<scheme>/L<context>-c<concurrency>/   one `kvtier bench` run per scheme and cell
+    <boundary_dir>/cells/server_logs/<scheme>/                          that scheme's servers, for every round
+    <boundary_dir>/cells/probes/platform.json                           the platform (R4)
+
+`aggregate` turns the rounds into B_rounds.csv (what kvtier.evidence.boundary reads), the attribution of every
+cell, the greedy outputs of offload against engine_only, and conditions.json.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from ..bench.records import latest_per_request, read_records
+from ..bench.runner import RUN_FILE, BenchConfig, Runner, reset_prefix_cache
+from ..core.atomic import write_text
+from ..core.errors import KvtierError
+from ..core.table_io import write_table
+from ..core.tiers import ENGINE_ONLY as ENGINE
+from ..core.tiers import OFFLOAD, SCHEMES
+from ..probes import platform_probe, quiet
+from ..probes.platform_probe import PLATFORM_FILE
+from .campaign import ROUND_PREFIX, round_dir, token_sources
+from .tier_run import TierSettings, TierStack, probe_platform, server_commands, start_together, wait_pool_settled
+
+CELLS_DIR = "cells"  # <boundary_dir>/cells/: the measured runs; the tables beside it
+ROUNDS_FILE = "B_rounds.csv"  # one row per scheme x concurrency x context x round (kvtier.evidence.boundary)
+STACK_OF = {ENGINE: "engine", OFFLOAD: "local_disk"}  # the servers each scheme runs (kvtier.runs.tier_run)
+CELL = re.compile(r"^L(\d+)-c(\d+)$")
+
+
+@dataclass
+class BoundarySettings:
+    """The grid and its workload; the servers' settings are TierSettings (`servers`), with `engine_kv_tokens`."""
+    servers: dict
+    contexts: list[int] = field(default_factory=lambda: [1024, 2048, 4096])
+    concurrency: list[int] = field(default_factory=lambda: [2, 4, 8])
+    sessions_per_slot: int = 2
+    turns: int = 3
+    reuse: float = 1.0
+    followup_tokens: int = 32
+    output_tokens: int = 16
+    schemes: list[str] = field(default_factory=lambda: list(SCHEMES))
+
+    def __post_init__(self):
+        unknown = [s for s in self.schemes if s not in SCHEMES]
+        if unknown or not self.schemes:
+            raise KvtierError(f"boundary schemes {self.schemes}: each one of {', '.join(SCHEMES)}")
+        for name in ("contexts", "concurrency"):
+            values = getattr(self, name)
+            if not values or any(not isinstance(v, int) or v < 1 for v in values):
+                raise KvtierError(f"boundary {name} {values}: a list of integers >= 1")
+        if self.sessions_per_slot < 1 or self.turns < 2 or not 0 <= self.reuse <= 1:
+            raise KvtierError(f"boundary: sessions_per_slot >= 1, turns >= 2, reuse in [0, 1]; got "
+                              f"{self.sessions_per_slot}, {self.turns}, {self.reuse}")
+        tier = self.tier_settings()
+        if not tier.engine_kv_tokens:
+            raise KvtierError("boundary: servers.engine_kv_tokens must set the engine's KV capacity (tokens)")
+        longest = max(self.contexts) + self.turns * (self.followup_tokens + self.output_tokens)
+        if longest > tier.max_model_len:
+            raise KvtierError(f"boundary: a conversation reaches {longest} tokens (context {max(self.contexts)} + "
+                              f"{self.turns} turns), over max_model_len {tier.max_model_len}")
+        if tier.max_model_len > tier.engine_kv_tokens:
+            raise KvtierError(f"boundary: engine_kv_tokens {tier.engine_kv_tokens} cannot hold one request of "
+                              f"max_model_len {tier.max_model_len} (vLLM refuses to start)")
+
+    def tier_settings(self) -> TierSettings:
+        try:
+            return TierSettings(**self.servers)
+        except TypeError as exc:
+            raise KvtierError(f"boundary servers: {exc}") from None
+
+    def cells(self, round_: int) -> list[tuple[int, int, int]]:
+        """(index in the grid, context, concurrency) in the order round `round_` (from 1) measures them: the grid's,
+        reversed in every other round."""
+        grid = [(i, context, c) for i, (context, c) in
+                enumerate((context, c) for context in self.contexts for c in self.concurrency)]
+        return grid if round_ % 2 else grid[::-1]
+
+
+def scheme_order(schemes: list[str], round_: int, grid_index: int) -> list[str]:
+    """Which scheme goes first in a cell: alternating from one cell of the grid to the next, and for each cell from
+    one round to the next."""
+    return list(schemes) if (round_ + grid_index) % 2 else list(schemes)[::-1]
+
+
+def cell_dir(context: int, concurrency: int) -> str:
+    return f"L{context}-c{concurrency}"
+
+
+class _CellReset:
+    """Before a cell opens: empty the scheme's caches (engine prefix cache, LMCache L1, after the pool settles), so
+    that every cell starts alike; never inside a cell."""
+
+    def __init__(self, stack: TierStack):
+        self.stack = stack
+
+    def __call__(self) -> None:
+        if self.stack.pool is not None:
+            wait_pool_settled(self.stack.pool)
+        reset_prefix_cache(self.stack.vllm.base_url)
+        if self.stack.lmcache:
+            self.stack.lmcache.clear_l1()
+
+
+def run_rounds(settings: BoundarySettings, rounds: int, boundary_dir: str | os.PathLike) -> list[dict]:
+    """`rounds` rounds of the grid into `<boundary_dir>/cells/round-<r>/`: both schemes' servers started side by
+    side once, every cell of every round measured in its round's order, servers stopped whatever happens. Returns
+    the cells' summaries."""
+    out_dir = Path(boundary_dir) / CELLS_DIR
+    tier = settings.tier_settings()
+    quiet.hook(tier.quiet)  # refuses bad bounds before anything starts
+    if rounds < 1:
+        raise KvtierError(f"boundary rounds {rounds}: at least 1")
+    if out_dir.exists() and any(out_dir.iterdir()):
+        raise KvtierError(f"{out_dir}: already holds boundary cells; choose a new directory")
+    stacks = {scheme: TierStack(STACK_OF[scheme], tier, out_dir / "server_logs" / scheme)
+              for scheme in settings.schemes}
+    probe_platform(tier, out_dir)
+    summaries = []
+    start_together(*stacks.values())
+    try:
+        for round_ in range(1, rounds + 1):
+            for index, context, c in settings.cells(round_):
+                for scheme in scheme_order(settings.schemes, round_, index):
+                    stack = stacks[scheme]
+                    cfg = BenchConfig(base_url=stack.vllm.base_url, model=tier.served_name, workload="multi-turn",
+                                      sessions=settings.sessions_per_slot * c, context_tokens=context,
+                                      followup_tokens=settings.followup_tokens,
+                                      output_tokens=settings.output_tokens, turns=settings.turns,
+                                      reuse=settings.reuse, concurrency=[c], seed=tier.seed + round_,
+                                      timeout_s=tier.timeout_s, metrics_urls=stack.metrics_urls())
+                    metadata = {"scheme": scheme, "round": round_, "context_tokens": context, "concurrency": c,
+                                "engine_kv_tokens": tier.engine_kv_tokens,
+                                "cell_index": index, "servers": server_commands(stack),
+                                "platform": f"../../../{PLATFORM_FILE}",
+                                "server_logs": f"../../../server_logs/{scheme}"}
+                    run_dir = out_dir / round_dir(round_) / scheme / cell_dir(context, c)
+                    summaries.append(Runner(cfg, run_dir, evict=_CellReset(stack), progress=False,
+                                            labels={"scheme": scheme}, metadata=metadata,
+                                            quiet=quiet.hook(tier.quiet)).run())
+    finally:
+        for stack in reversed(list(stacks.values())):
+            stack.stop()
+    return summaries
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The tables
+
+ROUND_COLUMNS = ["scheme", "concurrency", "context_tokens", "round", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s",
+                 "output_tok_s", "valid"]
+KV_CAPACITY = re.compile(r"KV cache size: ([\d,]+) tokens")
+
+
+def cells_of(boundary_dir: Path) -> list[tuple[int, str, int, int, Path]]:
+    """(round, scheme, context, concurrency, run dir) of every finished cell."""
+    found = []
+    for folder in sorted((boundary_dir / CELLS_DIR).glob(f"{ROUND_PREFIX}*")):
+        number = folder.name[len(ROUND_PREFIX):]
+        if not number.isdigit():
+            continue
+        for scheme in SCHEMES:
+            for run in sorted((folder / scheme).glob("L*-c*")):
+                match = CELL.match(run.name)
+                if match and (run / "summary.json").is_file():
+                    found.append((int(number), scheme, int(match[1]), int(match[2]), run))
+    return found
+
+
+def _sources(scheme: str, window: dict) -> dict:
+    """A cell's prompt tokens by source, as fractions, and whether the cell counts: no failed request, and for
+    engine_only no token from a connector (it has none)."""
+    row = token_sources(window)
+    prompt = row["prompt_tokens"] or 0
+
+    def share(value: float) -> float | None:
+        return value / prompt if prompt else None
+
+    valid = bool(prompt and window["requests"]["failed"] == 0
+                 and (scheme != ENGINE or not row["external_kv_transfer"]))
+    return {**row, "engine_frac": share(row["local_cache_hit"]), "l1_frac": share(row["l1_hit_tokens"]),
+            "l2_frac": share(row["l2_hit_tokens"]), "recompute_frac": share(row["local_compute"]),
+            "failed": window["requests"]["failed"], "valid": valid,
+            "quiet": (window.get("quiet") or {}).get("quiet")}
+
+
+def _outputs(run_dir: Path) -> dict[str, str]:
+    return {r["request_id"]: r["output_text"] for r in latest_per_request(read_records(run_dir / "requests.jsonl"))
+            if r["phase"].startswith("turns-") and r["error"] is None}
+
+
+def aggregate(boundary_dir: str | os.PathLike) -> dict[str, pd.DataFrame]:
+    """B_rounds.csv, B_attribution.csv and B_correctness.csv from the rounds' cells, and conditions.json."""
+    boundary_dir = Path(boundary_dir)
+    cells = cells_of(boundary_dir)
+    if not cells:
+        raise KvtierError(f"{boundary_dir}: no finished boundary cell under {CELLS_DIR}/{round_dir('<r>')}/<scheme>/"
+                          "L<context>-c<concurrency>/")
+    rounds, outputs, quiet_of = [], {}, []
+    for round_, scheme, context, c, run in cells:
+        summary = json.loads((run / "summary.json").read_text())
+        (window,) = summary["windows"]
+        quiet_of.append((f"{scheme} {cell_dir(context, c)} (round {round_})", window.get("quiet")))
+        sources = _sources(scheme, window)
+        ttft = window["ttft_s"] or {}
+        keep = sources["valid"]
+        rounds.append({"scheme": scheme, "concurrency": c, "context_tokens": context, "round": round_,
+                       "ttft_p50_s": ttft.get("p50") if keep else None, "ttft_p90_s": ttft.get("p90") if keep else None,
+                       "ttft_p99_s": ttft.get("p99") if keep else None,
+                       "output_tok_s": window["output_tok_s"]["aggregate"] if keep else None,
+                       **{k: v for k, v in sources.items() if k != "valid"}, "valid": keep,
+                       "start": window["start"]})
+        outputs[(round_, scheme, context, c)] = _outputs(run)
+    frame = pd.DataFrame(rounds).sort_values(["context_tokens", "concurrency", "scheme", "round"], kind="stable")
+    frame = frame.reset_index(drop=True)
+    correctness = []
+    for (round_, scheme, context, c), mine in outputs.items():
+        if scheme == ENGINE or (round_, ENGINE, context, c) not in outputs:
+            continue
+        reference = outputs[(round_, ENGINE, context, c)]
+        compared = [rid for rid in mine if rid in reference]
+        correctness.append({"round": round_, "context_tokens": context, "concurrency": c, "requests": len(mine),
+                            "compared": len(compared),
+                            "identical": sum(1 for rid in compared if mine[rid] == reference[rid])})
+    tables = {ROUNDS_FILE.removesuffix(".csv"): frame[ROUND_COLUMNS],
+              "B_attribution": frame[[c for c in frame.columns if c not in ROUND_COLUMNS[4:8]]],
+              "B_correctness": pd.DataFrame(correctness, columns=["round", "context_tokens", "concurrency",
+                                                                  "requests", "compared", "identical"])}
+    for name, table in tables.items():
+        write_table(table, boundary_dir / f"{name}.csv")
+    written = {**conditions(boundary_dir, cells), "quiet": quiet.summary(quiet_of)}
+    write_text(boundary_dir / "conditions.json", json.dumps(written, indent=2) + "\n")
+    return tables
+
+
+def conditions(boundary_dir: Path, cells: list) -> dict:
+    """The workload and servers from the cells' own records, each scheme's KV capacity as its vLLM reported it,
+    the platform of the first round, and the order the cells ran in."""
+    first = json.loads((cells[0][4] / RUN_FILE).read_text())
+    config = first["config"]
+    capacity = {}
+    for scheme in sorted({c[1] for c in cells}):
+        log = boundary_dir / CELLS_DIR / "server_logs" / scheme / "vllm.log"
+        found = KV_CAPACITY.findall(log.read_text(errors="replace")) if log.is_file() else []
+        if found:
+            capacity[scheme] = int(found[-1].replace(",", ""))
+    order = sorted(((json.loads((run / RUN_FILE).read_text())["start"], round_, scheme, context, c)
+                    for round_, scheme, context, c, run in cells))
+    platform_file = boundary_dir / CELLS_DIR / PLATFORM_FILE
+    return {
+        "workload": {**{k: config.get(k) for k in ("workload", "followup_tokens", "output_tokens", "turns", "reuse",
+                                                   "seed")},
+                     "contexts": sorted({c[2] for c in cells}), "concurrency": sorted({c[3] for c in cells})},
+        "sessions_per_cell": {cell_dir(context, c): json.loads((run / RUN_FILE).read_text())["config"]["sessions"]
+                              for _, _, context, c, run in cells},
+        "engine_kv_tokens_reported": capacity,
+        "servers": {scheme: json.loads((run / RUN_FILE).read_text())["metadata"]["servers"]
+                    for _, scheme, _, _, run in cells},
+        "engine_kv_tokens": json.loads((cells[0][4] / RUN_FILE).read_text())["metadata"].get("engine_kv_tokens"),
+        "platform": platform_probe.read(platform_file) if platform_file.is_file() else None,
+        "rounds": sorted({c[0] for c in cells}),
+        "order": [{"round": r, "scheme": s, "cell": cell_dir(context, c), "start": start}
+                  for start, r, s, context, c in order],
+    }

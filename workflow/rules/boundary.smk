@@ -1,0 +1,79 @@
+# Evidence B measured here: engine_only against offload over concurrency x context (kvtier.runs.boundary): one job
+# runs every round (both schemes' servers started side by side once, each round's cells in its own order) and
+# holds the whole `measurement` resource; then the tables.
+
+
+rule boundary_cells:
+    message:
+        "Boundary: engine_only and offload over concurrency x context, {params.rounds} rounds, into {output.cells}"
+    input:
+        model=f"{MODEL_DIR}/config.json",
+        lmcache=[f"{LMCACHE_BUILD}/build.json"] if LMCACHE_BUILD else [],
+    output:
+        cells=directory(BOUNDARY_CELLS),
+    params:
+        boundary_dir=lambda wildcards, output: os.path.dirname(output.cells),
+        rounds=BOUNDARY["rounds"],
+        settings=BOUNDARY_SETTINGS,
+    resources:
+        measurement=1,
+    log:
+        f"logs/boundary/{RUNS['campaign']}/cells.log",
+    conda:
+        "../../environment.yml"
+    shell:
+        "kvtier boundary-run --rounds {params.rounds:q} --boundary-dir {params.boundary_dir:q}"
+        " --settings {params.settings:q} > {log:q} 2>&1"
+
+
+rule boundary:
+    message:
+        "Boundary {params.boundary_dir}: per-round cells, attribution and outputs"
+    input:
+        cells=rules.boundary_cells.output.cells,
+    output:
+        rounds=f"{BOUNDARY_DIR}/B_rounds.csv",
+        attribution=f"{BOUNDARY_DIR}/B_attribution.csv",
+        correctness=f"{BOUNDARY_DIR}/B_correctness.csv",
+        conditions=f"{BOUNDARY_DIR}/conditions.json",
+    params:
+        boundary_dir=lambda wildcards, output: os.path.dirname(output.rounds),
+    log:
+        f"logs/boundary/{RUNS['campaign']}/tables.log",
+    conda:
+        "../../environment.yml"
+    shell:
+        "kvtier boundary {params.boundary_dir:q} > {log:q} 2>&1"
+
+
+rule render_B:
+    message:
+        "B: where engine memory beats offload on this machine, from {input.rounds}"
+    input:
+        notebook="notebooks/B.ipynb",
+        rounds=rules.boundary.output.rounds,
+        attribution=rules.boundary.output.attribution,
+        correctness=rules.boundary.output.correctness,
+        conditions=rules.boundary.output.conditions,
+        published=f"{PUBLISHED}/B_readings.csv",
+    output:
+        html=f"{EVIDENCE}/B/B.html",
+        executed=f"{EVIDENCE}/B/B.ipynb",
+        winners=f"{EVIDENCE}/B/B_winners.csv",
+        manifest=f"{EVIDENCE}/B/manifest.json",
+    params:
+        argv=lambda wildcards, input, output: render_args(
+            "B", input.notebook, os.path.dirname(output.html),
+            {"boundary_dir": os.path.dirname(input.rounds), "published_dir": os.path.dirname(input.published),
+             "slas": [[metric, seconds] for metric, seconds in BOUNDARY["slas"].items()],
+             "chart_png_scale": RENDER["chart_png_scale"]},
+            input[1:], **RENDER_OPTIONS,
+        ),
+    resources:
+        measurement=1,
+    log:
+        "logs/render_B.log",
+    conda:
+        "../../environment.yml"
+    shell:
+        "kvtier render {params.argv:q} > {log:q} 2>&1"
