@@ -120,3 +120,47 @@ def test_the_advise_command_reads_a_profile_and_a_boundary_directory(tmp_path):
     (tmp_path / "profile.json").write_text("{}")
     proc = run([*args, "--sla-ttft-p50", "2"], cwd=ROOT, check=False)
     assert proc.returncode == 2 and "not a kvtier workload profile" in proc.stderr
+
+
+def test_the_page_reads_a_boundary_directory_and_explains_each_cell(tmp_path):
+    import json
+
+    from kvtier.core.table_io import write_table
+    from kvtier.evidence import charts, conditions
+    g = two_schemes({2: 0.3, 4: 1.5}, {2: 0.5, 4: 0.7})
+    write_table(g, tmp_path / "B_rounds.csv")
+    shares = pd.DataFrame([{"scheme": s, "context_tokens": 4096, "concurrency": c, "round": r,
+                            "engine_frac": e, "l1_frac": 1 - e if s == "offload" else 0.0, "l2_frac": 0.0,
+                            "recompute_frac": 1 - e if s == "engine_only" else 0.0, "valid": r != 3 or c == 2}
+                           for s, c, e in (("engine_only", 2, 0.9), ("engine_only", 4, 0.1), ("offload", 2, 0.9),
+                                           ("offload", 4, 0.1)) for r in (1, 2, 3)])
+    write_table(shares, tmp_path / "B_attribution.csv")
+    with pytest.raises(KvtierError, match="B_correctness.csv missing"):
+        boundary.load(tmp_path)
+    write_table(pd.DataFrame([{"round": 1, "context_tokens": 4096, "concurrency": 2, "requests": 4,
+                               "compared": 4, "identical": 4}]), tmp_path / "B_correctness.csv")
+    (tmp_path / "conditions.json").write_text(json.dumps({
+        "workload": {"workload": "multi-turn", "followup_tokens": 32, "output_tokens": 16, "turns": 3, "reuse": 1.0,
+                     "seed": 0, "contexts": [4096], "concurrency": [2, 4]},
+        "sessions_per_cell": {"L4096-c2": 4, "L4096-c4": 8}, "engine_kv_tokens": 12288,
+        "engine_kv_tokens_reported": {"engine_only": 12288, "offload": 12288},
+        "servers": {"engine_only": {"vllm": ["python", "--served-model-name", "m", "--max-model-len", "4352"]}},
+        "platform": None, "rounds": [1, 2, 3], "order": [],
+        "quiet": {"measurements": 12, "checked": 12, "quiet": 12, "waited_s_max": 1.0, "not_quiet": []}}))
+    measured = boundary.load(tmp_path)
+    assert list(measured.won["winner"]) == ["engine_only", "offload"]
+    medians = boundary.cell_medians(measured.grid)
+    assert medians.loc[(medians["scheme"] == "offload") & (medians["concurrency"] == 4), "ttft_p50_s"].item() == \
+        pytest.approx(0.7)
+    why = boundary.attribution_medians(measured.attribution).set_index(["scheme", "concurrency"])
+    # At 4 the engine ran out of room: engine_only recomputed 90 %, offload took 90 % from L1.
+    assert why.loc[("engine_only", 4), "recompute_frac"] == pytest.approx(0.9)
+    assert why.loc[("offload", 4), "l1_frac"] == pytest.approx(0.9)
+    assert why.loc[("engine_only", 4), "valid rounds"] == "2/3" and why.loc[("offload", 2), "valid rounds"] == "3/3"
+    text = conditions.boundary_markdown(measured.conditions)
+    assert "4, 8 per cell" in text and "12288 tokens configured" in text and "engine_only 12,288" in text
+    assert "max model length 4352" in text and "12 of 12 cells" in text
+    assert "<svg" in charts.to_svg(boundary.heatmap(measured.won))
+    written = boundary.write_evidence(measured, tmp_path / "out", [("ttft_p50_s", 1.0)], png_scale=1)
+    assert sorted(p.name for p in written) == ["B_attribution.csv", "B_cells.csv", "B_chart.png", "B_chart.svg",
+                                               "B_sla.csv", "B_winners.csv"]
