@@ -62,6 +62,14 @@ def test_the_engine_capacity_is_set_in_bytes_from_the_model_and_overrides_the_cp
         kv_bytes_per_token(tmp_path / "bad")
 
 
+def test_a_conversation_longer_than_the_model_allows_is_refused_before_any_server_starts(tiny_model, tmp_path):
+    s = boundary.BoundarySettings(servers={"model_dir": str(tiny_model), "engine_kv_tokens": 10000,
+                                           "max_model_len": 9000}, contexts=[1024], concurrency=[2])
+    with pytest.raises(KvtierError, match="max_model_len 9000 is over the model's max_position_embeddings 8192"):
+        boundary.run_rounds(s, 1, tmp_path / "B")
+    assert not (tmp_path / "B").exists()
+
+
 def test_a_boundary_directory_without_cells_is_refused_naming_it(tmp_path):
     with pytest.raises(KvtierError, match="no finished boundary cell under cells/round-<r>/"):
         boundary.aggregate(tmp_path)

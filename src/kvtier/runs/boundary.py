@@ -135,7 +135,11 @@ def run_rounds(settings: BoundarySettings, rounds: int, boundary_dir: str | os.P
     if out_dir.exists() and any(out_dir.iterdir()):
         raise KvtierError(f"{out_dir}: already holds boundary cells; choose a new directory")
     stacks = {scheme: TierStack(STACK_OF[scheme], tier, out_dir / "server_logs" / scheme)
-              for scheme in settings.schemes}
+              for scheme in settings.schemes}  # refuses a missing model
+    positions = json.loads((Path(tier.model_dir) / "config.json").read_text()).get("max_position_embeddings")
+    if positions and tier.max_model_len > positions:
+        raise KvtierError(f"boundary: max_model_len {tier.max_model_len} is over the model's "
+                          f"max_position_embeddings {positions} ({tier.model_dir}); vLLM would refuse to start")
     probe_platform(tier, out_dir)
     summaries = []
     start_together(*stacks.values())
