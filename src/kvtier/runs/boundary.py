@@ -203,8 +203,13 @@ def _sources(scheme: str, window: dict) -> dict:
 
     valid = bool(prompt and window["requests"]["failed"] == 0
                  and (scheme != ENGINE or not row["external_kv_transfer"]))
-    return {**row, "engine_frac": share(row["local_cache_hit"]), "l1_frac": share(row["l1_hit_tokens"]),
-            "l2_frac": share(row["l2_hit_tokens"]), "recompute_frac": share(row["local_compute"]),
+    # What the connector delivered is vLLM's external_kv_transfer; LMCache's lookup hits only split it between L1
+    # and L2 (they also count prefixes that vLLM then took from its own cache).
+    hits = row["l1_hit_tokens"] + row["l2_hit_tokens"]
+    l1 = row["external_kv_transfer"] * row["l1_hit_tokens"] / hits if hits else 0.0
+    return {**row, "engine_frac": share(row["local_cache_hit"]), "l1_frac": share(l1),
+            "l2_frac": share(row["external_kv_transfer"] - l1 if hits else 0.0),
+            "recompute_frac": share(row["local_compute"]),
             "failed": window["requests"]["failed"], "valid": valid,
             "quiet": (window.get("quiet") or {}).get("quiet")}
 
