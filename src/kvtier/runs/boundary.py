@@ -32,7 +32,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..bench.records import latest_per_request, read_records
-from ..bench.runner import RUN_FILE, BenchConfig, Runner, reset_prefix_cache
+from ..bench.runner import RUN_FILE, BenchConfig, Runner
 from ..core.atomic import write_text
 from ..core.errors import KvtierError
 from ..core.table_io import write_table
@@ -118,9 +118,7 @@ class _CellReset:
     def __call__(self) -> None:
         if self.stack.pool is not None:
             wait_pool_settled(self.stack.pool)
-        reset_prefix_cache(self.stack.vllm.base_url)
-        if self.stack.lmcache:
-            self.stack.lmcache.clear_l1()
+        self.stack.empty_caches()
 
 
 def run_rounds(settings: BoundarySettings, rounds: int, boundary_dir: str | os.PathLike) -> list[dict]:
@@ -266,7 +264,8 @@ def aggregate(boundary_dir: str | os.PathLike) -> dict[str, pd.DataFrame]:
 def conditions(boundary_dir: Path, cells: list) -> dict:
     """The workload and servers from the cells' own records, each scheme's KV capacity as its vLLM reported it,
     the platform of the first round, and the order the cells ran in."""
-    first = json.loads((cells[0][4] / RUN_FILE).read_text())
+    records = {run: json.loads((run / RUN_FILE).read_text()) for *_, run in cells}  # each run.json read once
+    first = records[cells[0][4]]
     config = first["config"]
     capacity = {}
     for scheme in sorted({c[1] for c in cells}):
@@ -274,19 +273,17 @@ def conditions(boundary_dir: Path, cells: list) -> dict:
         found = KV_CAPACITY.findall(log.read_text(errors="replace")) if log.is_file() else []
         if found:
             capacity[scheme] = int(found[-1].replace(",", ""))
-    order = sorted(((json.loads((run / RUN_FILE).read_text())["start"], round_, scheme, context, c)
-                    for round_, scheme, context, c, run in cells))
+    order = sorted((records[run]["start"], round_, scheme, context, c) for round_, scheme, context, c, run in cells)
     platform_file = boundary_dir / CELLS_DIR / PLATFORM_FILE
     return {
         "workload": {**{k: config.get(k) for k in ("workload", "followup_tokens", "output_tokens", "turns", "reuse",
                                                    "seed")},
                      "contexts": sorted({c[2] for c in cells}), "concurrency": sorted({c[3] for c in cells})},
-        "sessions_per_cell": {cell_dir(context, c): json.loads((run / RUN_FILE).read_text())["config"]["sessions"]
+        "sessions_per_cell": {cell_dir(context, c): records[run]["config"]["sessions"]
                               for _, _, context, c, run in cells},
         "engine_kv_tokens_reported": capacity,
-        "servers": {scheme: json.loads((run / RUN_FILE).read_text())["metadata"]["servers"]
-                    for _, scheme, _, _, run in cells},
-        "engine_kv_tokens": json.loads((cells[0][4] / RUN_FILE).read_text())["metadata"].get("engine_kv_tokens"),
+        "servers": {scheme: records[run]["metadata"]["servers"] for _, scheme, _, _, run in cells},
+        "engine_kv_tokens": first["metadata"].get("engine_kv_tokens"),
         "platform": platform_probe.read(platform_file) if platform_file.is_file() else None,
         "rounds": sorted({c[0] for c in cells}),
         "order": [{"round": r, "scheme": s, "cell": cell_dir(context, c), "start": start}

@@ -220,14 +220,19 @@ class TierStack:
         # resume reads them from the device. `clear` empties both caches through the servers' own APIs;
         # `restart` restarts both servers on the same pool (slower: a vLLM start per window).
         if self.settings.l2_eviction == "clear":
-            reset_prefix_cache(self.vllm.base_url)
-            self.lmcache.clear_l1()
+            self.empty_caches()
             pagecache.drop(self.pool)
             return
         self.stop()
         pagecache.drop(self.pool)
         self._launch_servers()
         self.wait_ready()
+
+    def empty_caches(self) -> None:
+        """Empty vLLM's prefix cache and LMCache's L1 through the servers' own APIs (the pool, L2, is kept)."""
+        reset_prefix_cache(self.vllm.base_url)
+        if self.lmcache:
+            self.lmcache.clear_l1()
 
     def __enter__(self) -> "TierStack":
         return self.start()
