@@ -32,7 +32,9 @@
 
 # %% tags=["parameters"]
 boundary_dir = "../tests/fixtures/boundary"  # a boundary run's tables (B_rounds.csv, B_attribution.csv, ...)
-published_dir = "../raw_data/published"  # document 000's table (B_readings.csv) and the claims ledger
+published_dir = "../raw_data/published"  # document 000's table (B_readings.csv) and its sources
+claims = "../raw_data/published/claims.yaml"  # the claims ledger: document 000's boundary claims and statements
+trace = "../raw_data/traces/mooncake_conversation_trace.jsonl"  # the workload profiled in the last section
 slas = [["ttft_p50_s", 0.5], ["ttft_p99_s", 2.0]]  # TTFT SLAs (metric, seconds) for the regions below
 out_dir = ""  # evidence folder for the tables and chart; empty: write nothing
 chart_png_scale = 2.0
@@ -43,10 +45,13 @@ from pathlib import Path
 import pandas as pd
 from IPython.display import SVG, Markdown, display
 
-from kvtier.evidence import boundary, charts, conditions
+from kvtier.audit import audit, ledger, load_tables, shapes
+from kvtier.bench import profile
+from kvtier.evidence import advise, boundary, charts, conditions
 
 measured = boundary.load(boundary_dir)
 sla_list = [(metric, float(seconds)) for metric, seconds in slas]
+claims_ledger = ledger.load(claims, published_dir)
 
 # %% [markdown]
 # ## Conditions
@@ -59,6 +64,8 @@ display(Markdown(conditions.boundary_markdown(measured.conditions)))
 
 # %% tags=["nbval-check-output"]
 print(boundary.crossover_text(measured.won))
+print()
+print(boundary.crossover_text(measured.won, along="context_tokens"))
 
 # %%
 display(SVG(charts.to_svg(boundary.heatmap(measured.won))))
@@ -103,17 +110,55 @@ display(boundary.cell_medians(measured.grid).style.hide(axis="index").format(pre
 print(measured.correctness.to_string(index=False))
 
 # %% [markdown]
+# ## Document 000's statements, against this map (shape only)
+#
+# Document 000 states where its boundary lies: the engine ("VRAM scheme") wins at low concurrency and short
+# context, offload at high concurrency or long context, and offload may be no better, or worse, at the low
+# corner. Its bounds (8, 16, 32K) and seconds come from a 480B model on other hardware, so only the *shape* is
+# checked here (`kvtier.audit.shapes`, the ledger's `boundary_statements`): along each line of this grid, does the
+# winner change from the engine to offload as the axis rises (AGREES), the other way (CONTRADICTS), both (MIXED),
+# or not at all (NOT SHOWN)? The same check runs from the command line: `kvtier audit --boundary DIR`.
+
+# %% tags=["nbval-check-output"]
+statements = shapes.evaluate_all(claims_ledger.boundary_statements, measured.grid)
+print(shapes.text(statements))
+
+# %% [markdown]
 # ## Document 000's own table, as context
 #
 # Document 000 prints one table of the boundary (TTFT of the VRAM and offload schemes by concurrency, context not
-# stated, other hardware); the claims audit (evidence item A) checks it against the report it cites. Only its
-# shape can be set beside the map above — where the winner changes and in which direction — never its seconds.
+# stated, other hardware). The claims audit (evidence item A) gives each of its cells a verdict against the
+# readings it cites; those verdicts are repeated here. Only the table's shape can be set beside the map above,
+# never its seconds.
 
 # %% tags=["nbval-check-output"]
 published = pd.read_csv(Path(published_dir) / "B_readings.csv")
 print(published.to_string(index=False))
 winner = ["offload" if o < v else "engine_only" for v, o in zip(published["vram_ttft_s"], published["offload_ttft_s"])]
 print("published winner by concurrency:", dict(zip(published["concurrency"], winner)))
+table_claims = [r for r in audit(claims_ledger, load_tables(published_dir)) if r.claim.group == "000-boundary-table"]
+for r in table_claims:
+    print(f"{r.claim.id}: {r.verdict} (claimed {r.claim.claimed})")
+
+# %% [markdown]
+# ## A workload on this map: the bundled conversation trace
+#
+# Document 000's method starts from the workload: its context lengths and its concurrency peak. The bundled
+# Mooncake conversation trace has arrival times but no end times, so its concurrency is modelled: each request
+# holds a slot for its prefill and its decode at *this machine's* rates, read off this grid's own engine_only
+# cell where the engine recomputed everything (stated below). Its operating points (the concurrency peak at the
+# context p50, p90 and p99) are then read off the map for each SLA; a point the measured cells do not bracket is
+# answered "outside the measured grid", never extrapolated. The same answer comes from the command line, with
+# the rates printed below: `kvtier workload profile TRACE --prefill-tok-s R --time-per-output-token-s T --out
+# profile.json`, then `kvtier advise --sla-ttft-p50 S --profile profile.json --boundary DIR`.
+
+# %% tags=["nbval-check-output"]
+service, service_source = advise.service_model(measured)
+print(service_source)
+workload = profile.profile(profile.load(trace), service, source=Path(trace).name)
+print(profile.text(workload))
+print()
+print(advise.text(advise.advise(measured.grid, workload, sla_list)))
 
 # %%
 if out_dir:

@@ -156,6 +156,18 @@ BAD_LEDGERS = {
                    "claim '003-pool-ttft-c16': field 'scale' = 'huge'"),
     "unknown evidence item": (lambda raw: claim(raw, "003-pool-ttft-c16").update(evidence=["R10"]),
                               "claim '003-pool-ttft-c16': field 'evidence.0' = 'R10'"),
+    "statement quote not in the document": (
+        lambda raw: raw["boundary_statements"][0].update(quote="卸载方案永远更快"),
+        "boundary statement '000-shape-concurrency-ttft': field 'quote': '卸载方案永远更快' must occur exactly once"),
+    "statement backs an unknown claim": (
+        lambda raw: raw["boundary_statements"][0]["claims"].append("000-no-such-claim"),
+        "boundary statement '000-shape-concurrency-ttft': field 'claims': no claim '000-no-such-claim'"),
+    "statement id taken by a claim": (
+        lambda raw: raw["boundary_statements"][0].update(id="000-vram-concurrency-bound"),
+        "boundary statement '000-vram-concurrency-bound': field 'id': used more than once"),
+    "statement with an unknown check": (
+        lambda raw: raw["boundary_statements"][0].update(check="along_time"),
+        "boundary_statements.0: field 'check' = 'along_time'"),
 }
 
 
@@ -225,3 +237,17 @@ def test_cli_gives_every_local_value_its_interval_over_the_campaigns_rounds(tmp_
     (runs / "R2_rounds.csv").write_text("round,tier,concurrency,ttft_p50_s,output_tok_s\nx,local_disk,8,0.8,100\n")
     proc = run(["kvtier", "audit", "--runs", str(runs)], cwd=ROOT, check=False)
     assert proc.returncode != 0 and "R2_rounds.csv, line 2: column 'round'" in proc.stderr
+
+
+def test_cli_checks_document_000s_statements_on_a_boundary_map(tmp_path):
+    fixture = ROOT / "tests" / "fixtures" / "boundary"
+    proc = run(["kvtier", "audit", "--boundary", str(fixture), "--out-dir", str(tmp_path)], cwd=ROOT)
+    records = {r["id"]: r for r in json.loads((tmp_path / "boundary_statements.json").read_text())}
+    assert set(records) == {s["id"] for s in LEDGER.boundary_statements}
+    # The fixture's grid: engine_only wins context 512 at concurrency 2, offload everywhere else (3 rounds).
+    assert records["000-shape-concurrency-ttft"]["verdict"] == "AGREES"
+    assert records["000-shape-low-corner"]["verdict"] == "AGREES"
+    assert "000-shape-concurrency-ttft: AGREES" in proc.stdout
+    assert (tmp_path / "boundary_statements.csv").read_text().startswith("id,verdict,")
+    missing = run(["kvtier", "audit", "--boundary", str(tmp_path / "nothing")], cwd=ROOT, check=False)
+    assert missing.returncode == 2 and "no boundary cells" in missing.stderr

@@ -1,11 +1,14 @@
 """Evidence B's boundary and `kvtier advise` on synthetic grids with known answers."""
 
+from pathlib import Path
+
 import pandas as pd
 import pytest
 
 from kvtier.core.errors import KvtierError
 from kvtier.evidence import advise, boundary
 
+FIXTURE = Path(__file__).parent / "fixtures" / "boundary"  # a real test-preset boundary run (its README)
 NOISE = (0.98, 1.0, 1.02)  # three rounds, the same small spread around every cell's value
 
 
@@ -43,6 +46,27 @@ def test_two_crossovers_and_ties_widen_the_bracket():
     assert won.loc[2, "winner"] == won.loc[8, "winner"] == boundary.TIE  # equal in every round: the ratio holds 1
     found = boundary.crossovers(won.reset_index())[4096]
     assert [(x.below, x.above, x.after) for x in found] == [(1, 4, "offload"), (4, 16, "engine_only")]
+
+
+def test_crossovers_along_the_context_axis_hold_concurrency_fixed():
+    g = grid({("engine_only", 1024, 4): 0.2, ("engine_only", 2048, 4): 0.4, ("engine_only", 4096, 4): 3.0,
+              ("offload", 1024, 4): 0.3, ("offload", 2048, 4): 0.6, ("offload", 4096, 4): 1.0})
+    won = boundary.winners(g)
+    [x] = boundary.crossovers(won, along="context_tokens")[4]
+    assert (x.at, x.below, x.above, x.before, x.after) == (4, 2048, 4096, "engine_only", "offload")
+    assert boundary.crossover_text(won, along="context_tokens").startswith(
+        "concurrency 4: engine_only wins up to context 2048, offload from 4096")
+    assert boundary.crossovers(won) == {1024: [], 2048: [], 4096: []}  # one concurrency: nothing along it
+    with pytest.raises(KvtierError, match="not 'time'"):
+        boundary.crossovers(won, along="time")
+
+
+def test_throughput_winners_take_the_higher_figure():
+    g = two_schemes({1: 0.2, 8: 3.0}, {1: 0.4, 8: 1.2}).assign(output_tok_s=lambda f: 1 / f["ttft_p50_s"])
+    won = boundary.winners(g, metric="output_tok_s")
+    assert list(won["winner"]) == ["engine_only", "offload"]
+    with pytest.raises(KvtierError, match="no such reading"):
+        boundary.winners(g, metric="tpot_s")
 
 
 def test_a_cell_missing_for_one_scheme_claims_nothing_there():
@@ -164,3 +188,19 @@ def test_the_page_reads_a_boundary_directory_and_explains_each_cell(tmp_path):
     written = boundary.write_evidence(measured, tmp_path / "out", [("ttft_p50_s", 1.0)], png_scale=1)
     assert sorted(p.name for p in written) == ["B_attribution.csv", "B_cells.csv", "B_chart.png", "B_chart.svg",
                                                "B_sla.csv", "B_winners.csv"]
+
+
+def test_the_service_model_is_read_off_a_full_recompute_cell():
+    measured = boundary.load(FIXTURE)
+    model, how = advise.service_model(measured)
+    cell = dict(scheme="engine_only", context_tokens=1024, concurrency=2)
+    rounds = measured.grid.loc[(measured.grid[list(cell)] == pd.Series(cell)).all(axis=1)]
+    prompts = measured.attribution.loc[(measured.attribution[list(cell)] == pd.Series(cell)).all(axis=1)]
+    requests = measured.conditions["sessions_per_cell"]["L1024-c2"] * (measured.conditions["workload"]["turns"] - 1)
+    assert model.prefill_tok_s == pytest.approx(prompts["prompt_tokens"].median() / requests
+                                                / rounds["ttft_p50_s"].median())
+    assert model.time_per_output_token_s == pytest.approx(2 / rounds["output_tok_s"].median())
+    assert "concurrency 2, context 1024" in how
+    measured.attribution["recompute_frac"] = 0.0
+    with pytest.raises(KvtierError, match="no engine_only cell recomputed"):
+        advise.service_model(measured)

@@ -51,7 +51,8 @@ def test_the_replay_runs_with_shell_metacharacters_in_every_path(project_copy):
     published, evidence = nasty("published_dir"), nasty("evidence_dir")
     shutil.copytree(project_copy / "raw_data" / "published", project_copy / published)
     (project_copy / "odd.yaml").write_text(yaml.safe_dump(
-        {"published_dir": published, "evidence_dir": evidence, "runs": {"enabled": False}, "r1": {"enabled": False}}))
+        {"published_dir": published, "evidence_dir": evidence, "runs": {"enabled": False}, "r1": {"enabled": False},
+         "boundary": {"enabled": False}}))
     run(["snakemake", "--cores", "2", "--configfile", "odd.yaml"], cwd=project_copy, timeout=600)
     assert pwned(project_copy) == [], "a config value was run as a command"
     out = project_copy / evidence

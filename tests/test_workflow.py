@@ -28,7 +28,8 @@ PRESET = ["--configfile", "config/presets/test.yaml"]
 # Two rounds of four server starts: recompute then engine, dram then local_disk, shared_pool, and R3's run.
 ALL_JOBS = {"model": 1, "lmcache_build": 2, "tier_run_recompute_engine": 2, "tier_run_dram_local_disk": 2,
             "tier_run_shared_pool": 2, "tier_run_cross_instance": 2, "campaign": 1, "render_R2_local": 1,
-            "render_R3": 1, "r1_reads": 1, "r1_resume": 1, "render_R1": 1, "render_R2": 1, "render_audit": 1, "index": 1, "all": 1}
+            "render_R3": 1, "r1_reads": 1, "r1_resume": 1, "render_R1": 1, "render_R2": 1, "render_audit": 1,
+            "boundary_cells": 1, "boundary": 1, "render_B": 1, "index": 1, "all": 1}
 
 
 @pytest.fixture(scope="module")
@@ -153,8 +154,8 @@ def test_changing_the_ledger_rerenders_only_the_pages_that_read_it(built, tmp_pa
     shutil.copytree(built, project, symlinks=True)
     claims = project / "raw_data" / "published" / "claims.yaml"
     claims.write_text(claims.read_text().replace("claimed: 192\n", "claimed: 193\n"))
-    # The audit, and R1, which shows the published R1 claims as context.
-    assert jobs_of_dry_run(project) == {"render_audit": 1, "render_R1": 1, "index": 1, "all": 1}
+    # The audit, R1, which shows the published R1 claims as context, and B, which shows document 000's.
+    assert jobs_of_dry_run(project) == {"render_audit": 1, "render_R1": 1, "render_B": 1, "index": 1, "all": 1}
 
 
 def test_audit_can_be_switched_off(project_copy):
@@ -285,3 +286,26 @@ def test_r1_compares_both_builds_and_resumes_from_l2(built):
     manifest = json.loads((built / "evidence" / "R1" / "manifest.json").read_text())
     hashed = {Path(entry["path"]).as_posix() for entry in manifest["inputs"]}
     assert {f"raw_data/runs/test/R1/{name}" for name in r1.RAW_FILES} <= hashed
+
+
+def test_B_renders_the_measured_boundary_with_its_reasons(built):
+    from kvtier.audit import ledger, shapes
+    from kvtier.evidence import boundary
+    measured = boundary.load(built / "raw_data" / "runs" / "test" / "B")
+    page = built / "evidence" / "B"
+    # The page's tables come from the raw cells through the package, not from anywhere else.
+    pd.testing.assert_frame_equal(read_table(page / "B_winners.csv"), measured.won, check_dtype=False)
+    assert set(measured.grid["scheme"]) == {"engine_only", "offload"}
+    assert measured.grid["valid"].all() and len(measured.grid) == 2 * 2 * 2 * 3  # schemes x contexts x c x rounds
+    html = (page / "B.html").read_text()
+    assert boundary.crossover_text(measured.won).splitlines()[0] in html
+    # Why a cell went one way: where the engine overflowed, engine_only recomputed and offload reloaded.
+    shares = boundary.attribution_medians(measured.attribution).set_index(["scheme", "context_tokens", "concurrency"])
+    assert shares.loc[("engine_only", 1024, 4), "recompute_frac"] > 0.9
+    assert shares.loc[("offload", 1024, 4), ["l1_frac", "l2_frac"]].sum() > 0.8
+    assert (measured.correctness["identical"] == measured.correctness["compared"]).all()
+    statements = shapes.evaluate_all(ledger.load(built / "raw_data" / "published" / "claims.yaml").boundary_statements,
+                                     measured.grid)
+    for s in statements:
+        assert f"{s['id']}: {s['verdict']}" in html
+    assert "outside the measured grid" in html or "meet(s) the SLA" in html or "no scheme meets" in html

@@ -86,11 +86,21 @@ def _cmd_audit(args) -> None:
     by_round = Path(args.runs or "") / R2_ROUNDS_SPEC.file
     rounds = {r: {"R2": t} for r, t in load_rounds(by_round).items()} if args.runs and by_round.is_file() else None
     results = run_audit(claims, load_tables(args.published_dir), local, rounds)
+    statements = None
+    if args.boundary:
+        from .audit import shapes
+        from .evidence.boundary import load_grid
+        statements = shapes.evaluate_all(claims.boundary_statements, load_grid(args.boundary))
     if args.out_dir:
         for path in report.write(results, crosschecks.all_checks(results), args.out_dir):
             print(f"wrote {path}")
+        for path in report.write_statements(statements, args.out_dir) if statements is not None else []:
+            print(f"wrote {path}")
     for verdict, n in report.counts(results).items():
         print(f"{verdict:>13}: {n}")
+    if statements is not None:
+        print(f"document 000's boundary statements on the measured map {args.boundary} (shape only):")
+        print(shapes.text(statements))
 
 
 def _cmd_bench(args) -> None:
@@ -302,6 +312,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--runs", metavar="DIR", help="a campaign (R2_readings.csv in DIR, and R2_rounds.csv where "
                    "kept): re-evaluate ratio claims on it as a local analogue, each value with its interval over "
                    "the rounds")
+    p.add_argument("--boundary", metavar="DIR", help="a boundary run (B_rounds.csv in DIR): check document 000's "
+                   "boundary statements against the measured map, by shape only (does the winner change, and "
+                   "which way)")
     p.set_defaults(func=_cmd_audit)
 
     p = sub.add_parser("bench", help="measure an OpenAI-compatible server: cold-resume sessions, multi-turn "

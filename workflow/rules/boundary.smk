@@ -56,6 +56,9 @@ rule render_B:
         correctness=rules.boundary.output.correctness,
         conditions=rules.boundary.output.conditions,
         published=f"{PUBLISHED}/B_readings.csv",
+        claims=f"{PUBLISHED}/claims.yaml",
+        sources=SOURCES,
+        trace=BOUNDARY["profile_trace"],
     output:
         html=f"{EVIDENCE}/B/B.html",
         executed=f"{EVIDENCE}/B/B.ipynb",
@@ -65,6 +68,7 @@ rule render_B:
         argv=lambda wildcards, input, output: render_args(
             "B", input.notebook, os.path.dirname(output.html),
             {"boundary_dir": os.path.dirname(input.rounds), "published_dir": os.path.dirname(input.published),
+             "claims": input.claims, "trace": input.trace,
              "slas": [[metric, seconds] for metric, seconds in BOUNDARY["slas"].items()],
              "chart_png_scale": RENDER["chart_png_scale"]},
             input[1:], **RENDER_OPTIONS,

@@ -77,7 +77,8 @@ BOUNDARY_DIR = f"{CAMPAIGN_DIR}/B"
 _BOUNDARY_SERVERS = {**json.loads(TIER_SETTINGS), "engine_kv_tokens": BOUNDARY["engine_kv_tokens"],
                      "max_model_len": BOUNDARY["max_model_len"], "lmcache_l1_gb": BOUNDARY["lmcache_l1_gb"],
                      "local_disk_path": BOUNDARY["pool_path"]}
-_NOT_IN_SETTINGS = ("enabled", "rounds", "engine_kv_tokens", "max_model_len", "lmcache_l1_gb", "pool_path", "slas")
+_NOT_IN_SETTINGS = ("enabled", "rounds", "engine_kv_tokens", "max_model_len", "lmcache_l1_gb", "pool_path", "slas",
+                    "profile_trace")
 BOUNDARY_SETTINGS = json.dumps({"servers": _BOUNDARY_SERVERS,
                                 **{k: v for k, v in BOUNDARY.items() if k not in _NOT_IN_SETTINGS}})
 BOUNDARY_CELLS = f"{BOUNDARY_DIR}/{kvtier_boundary.CELLS_DIR}"

@@ -62,6 +62,7 @@ class Ledger:
     unpublished: dict[str, dict]
     claims: list[Claim]
     not_claims: list[dict]
+    boundary_statements: list[dict] = field(default_factory=list)
 
     def by_id(self) -> dict[str, Claim]:
         return {c.id: c for c in self.claims}
@@ -146,7 +147,27 @@ def load(path: str | os.PathLike, published_dir: str | os.PathLike | None = None
                                                  f"{entry['source']}")
         except re.error as exc:
             raise refuse(f"not_claims[{i}]", f"field 'pattern': not a regular expression: {exc}") from None
-    return Ledger(path, raw["documents"], texts, shapes, raw["unpublished_tables"], claims, raw["not_claims"])
+    statements = raw.get("boundary_statements", [])
+    _check_statements(statements, texts, set(ids), refuse)
+    return Ledger(path, raw["documents"], texts, shapes, raw["unpublished_tables"], claims, raw["not_claims"],
+                  statements)
+
+
+def _check_statements(statements: list[dict], texts: dict[str, str], ids: set[str], refuse) -> None:
+    """Each boundary statement quotes its document exactly once and names claims the ledger has; ids are unique."""
+    seen = set()
+    for entry in statements:
+        where = f"boundary statement {entry['id']!r}"
+        if entry["id"] in seen or entry["id"] in ids:
+            raise refuse(where, "field 'id': used more than once (claims and statements share one namespace)")
+        seen.add(entry["id"])
+        if entry["source"] not in texts:
+            raise refuse(where, f"field 'source': unknown document {entry['source']!r}")
+        if texts[entry["source"]].count(entry["quote"]) != 1:
+            raise refuse(where, f"field 'quote': {entry['quote']!r} must occur exactly once in {entry['source']}")
+        unknown = [c for c in entry["claims"] if c not in ids]
+        if unknown:
+            raise refuse(where, f"field 'claims': no claim {', '.join(map(repr, unknown))}")
 
 
 def _claim(entry: dict, texts: dict[str, str], shapes, ids: set[str], refuse) -> Claim:

@@ -55,6 +55,14 @@ def write(results: list[ClaimResult], checks: list[CrossCheck], out_dir: str | o
     ]
 
 
+def write_statements(records: list[dict], out_dir: str | os.PathLike) -> list[Path]:
+    """Document 000's boundary statements evaluated on a measured map (kvtier.audit.shapes)."""
+    from .shapes import table
+    out_dir = Path(out_dir)
+    return [write_text(out_dir / "boundary_statements.json", json.dumps(records, indent=2, ensure_ascii=False) + "\n"),
+            write_table(table(records), out_dir / "boundary_statements.csv")]
+
+
 def findings_markdown(results: list[ClaimResult]) -> str:
     """Every claim that is not REPRODUCED, worst first, with what a reader needs to check it by hand."""
     order = {v: i for i, v in enumerate(VERDICTS)}

@@ -16,7 +16,8 @@ import bisect
 import pandas as pd
 
 from ..core.errors import KvtierError
-from . import boundary, stats
+from ..runs.boundary import cell_dir
+from . import boundary, stats, tables
 
 OUTSIDE = "outside the measured grid: measure on your platform"
 
@@ -93,3 +94,33 @@ def text(advice: list[dict]) -> str:
             else:
                 lines.append(f"  {scheme}: {v['verdict']} ({v['why']})")
     return "\n".join(lines)
+
+
+def service_model(measured: boundary.Measured, min_recompute: float = 0.9):
+    """This machine's service rates, read off its own boundary run, for profiling a log without end times
+    (kvtier.bench.profile.ServiceModel): the engine_only cell at the lowest concurrency, in the longest context
+    where the engine recomputed at least `min_recompute` of the prompt tokens (a full prefill, no cache help).
+    Prefill rate: prompt tokens per request / TTFT p50; time per output token: concurrency / output tok/s (the
+    window's decode shared by its c requests, prefill included, so an upper bound). Returns the model and one
+    line saying where it came from."""
+    from ..bench.profile import ServiceModel
+    shares = boundary.attribution_medians(measured.attribution)
+    full = shares[(shares["scheme"] == boundary.ENGINE) & (shares["recompute_frac"] >= min_recompute)]
+    if full.empty:
+        raise KvtierError(f"no engine_only cell recomputed ≥ {min_recompute:.0%} of its prompt tokens: no prefill "
+                          "rate to read off this grid")
+    c = int(full["concurrency"].min())
+    context = int(full.loc[full["concurrency"] == c, "context_tokens"].max())
+    cell = dict(scheme=boundary.ENGINE, concurrency=c, context_tokens=context)
+    # The measured turns of a cell: every conversation's later turns (its opening turn is sent unmeasured).
+    requests = (measured.conditions["sessions_per_cell"][cell_dir(context, c)]
+                * (measured.conditions["workload"]["turns"] - 1))
+    prompt = stats.estimate(tables.per_round(measured.attribution, "prompt_tokens", **cell).values()).point / requests
+    ttft = stats.estimate(tables.per_round(measured.grid, "ttft_p50_s", **cell).values()).point
+    tok_s = stats.estimate(tables.per_round(measured.grid, "output_tok_s", **cell).values()).point
+    model = ServiceModel(prompt / ttft, c / tok_s)
+    return model, (f"service model read off this grid's engine_only cell at concurrency {c}, context {context} "
+                   f"(recompute share {full.loc[full['context_tokens'] == context, 'recompute_frac'].min():.2f}): "
+                   f"{prompt:.0f} prompt tokens per request / TTFT p50 {ttft:.3f} s = {model.prefill_tok_s:.0f} "
+                   f"tok/s prefill; {c} / {tok_s:.1f} output tok/s = {model.time_per_output_token_s:.4f} s per "
+                   "output token")

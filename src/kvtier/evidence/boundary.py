@@ -52,11 +52,20 @@ def check_grid(grid: pd.DataFrame, source: str = "grid") -> None:
         raise KvtierError(f"{source}: no cells")
 
 
+AXES = ("concurrency", "context_tokens")  # the grid's two axes; a crossover runs along one, the other held fixed
+AXIS_WORDS = {"concurrency": "concurrency", "context_tokens": "context"}
+LOWER_IS_BETTER = {"ttft_p50_s": True, "ttft_p90_s": True, "ttft_p99_s": True, "output_tok_s": False}
+
+
 def winners(grid: pd.DataFrame, candidate: str = OFFLOAD, baseline: str = ENGINE,
             metric: str = "ttft_p50_s") -> pd.DataFrame:
     """One row per (context, concurrency) measured for both schemes: the ratio candidate / baseline of `metric`
-    paired by round, its interval, and the winner (lower TTFT wins)."""
+    paired by round, its interval, and the winner (lower TTFT wins; higher throughput wins)."""
     check_grid(grid)
+    if metric not in LOWER_IS_BETTER or metric not in grid.columns:
+        raise KvtierError(f"winners by {metric!r}: the grid has no such reading (one of "
+                          f"{', '.join(c for c in LOWER_IS_BETTER if c in grid.columns)})")
+    lower = LOWER_IS_BETTER[metric]
     rows = []
     cells = grid[["context_tokens", "concurrency"]].drop_duplicates().sort_values(["context_tokens", "concurrency"])
     for context, c in cells.itertuples(index=False):
@@ -65,7 +74,8 @@ def winners(grid: pd.DataFrame, candidate: str = OFFLOAD, baseline: str = ENGINE
         if not stats.paired_ratios(mine, theirs):
             continue  # a scheme missing at this cell: no winner is claimed there
         ratio = stats.ratio(mine, theirs)
-        winner = candidate if ratio.high < 1 else baseline if ratio.low > 1 else TIE
+        below, above = (candidate, baseline) if lower else (baseline, candidate)
+        winner = below if ratio.high < 1 else above if ratio.low > 1 else TIE
         rows.append({"context_tokens": int(context), "concurrency": int(c), "ratio": ratio.point,
                      "ratio_low": ratio.low, "ratio_high": ratio.high, "rounds": ratio.rounds,
                      "interval": ratio.method, "winner": winner})
@@ -75,43 +85,53 @@ def winners(grid: pd.DataFrame, candidate: str = OFFLOAD, baseline: str = ENGINE
 
 @dataclass(frozen=True)
 class Crossover:
-    context_tokens: int
-    below: int  # the last measured concurrency won by `before`
-    above: int  # the first measured concurrency won by `after`
+    at: int  # the value of the axis held fixed (a context length when the crossover runs along concurrency)
+    below: int  # the last measured value along `along` won by `before`
+    above: int  # the first measured value won by `after`
     before: str
     after: str
+    along: str = "concurrency"
 
     def text(self) -> str:
-        return (f"context {self.context_tokens}: {self.before} wins up to concurrency {self.below}, {self.after} "
+        fixed, moving = AXIS_WORDS[_other(self.along)], AXIS_WORDS[self.along]
+        return (f"{fixed} {self.at}: {self.before} wins up to {moving} {self.below}, {self.after} "
                 f"from {self.above}; the crossover lies between the two (not measured in between)")
 
 
-def crossovers(won: pd.DataFrame) -> dict[int, list[Crossover]]:
-    """Per context length, every change of winner between measured concurrencies, bracketed by the last cell
-    won by one scheme and the first won by the other; ties never make a crossover on their own."""
+def _other(axis: str) -> str:
+    if axis not in AXES:
+        raise KvtierError(f"a crossover runs along one of {', '.join(AXES)}, not {axis!r}")
+    return AXES[1 - AXES.index(axis)]
+
+
+def crossovers(won: pd.DataFrame, along: str = "concurrency") -> dict[int, list[Crossover]]:
+    """Per value of the other axis (per context length, by default), every change of winner between measured
+    values along `along`, bracketed by the last cell won by one scheme and the first won by the other; ties
+    never make a crossover on their own."""
+    fixed = _other(along)
     out: dict[int, list[Crossover]] = {}
-    for context, rows in won.groupby("context_tokens"):
-        found, last = [], None  # last: (concurrency, scheme) of the latest decided cell
-        for row in rows.sort_values("concurrency").itertuples():
-            if row.winner == TIE:
+    for at, rows in won.groupby(fixed):
+        found, last = [], None  # last: (value along the axis, scheme) of the latest decided cell
+        for value, winner in zip(rows.sort_values(along)[along], rows.sort_values(along)["winner"]):
+            if winner == TIE:
                 continue
-            if last is not None and row.winner != last[1]:
-                found.append(Crossover(int(context), last[0], int(row.concurrency), last[1], row.winner))
-            last = (int(row.concurrency), row.winner)
-        out[int(context)] = found
+            if last is not None and winner != last[1]:
+                found.append(Crossover(int(at), last[0], int(value), last[1], winner, along))
+            last = (int(value), winner)
+        out[int(at)] = found
     return out
 
 
-def crossover_text(won: pd.DataFrame) -> str:
-    lines = []
-    for context, found in crossovers(won).items():
+def crossover_text(won: pd.DataFrame, along: str = "concurrency") -> str:
+    fixed, lines = _other(along), []
+    for at, found in crossovers(won, along).items():
         if found:
             lines += [x.text() for x in found]
         else:
-            decided = set(won.loc[won["context_tokens"] == context, "winner"]) - {TIE}
-            lines.append(f"context {context}: no crossover on this grid ("
-                         + (f"{decided.pop()} wins or ties at every measured concurrency)" if len(decided) == 1
-                            else "no cell decided)"))
+            decided = set(won.loc[won[fixed] == at, "winner"]) - {TIE}
+            lines.append(f"{AXIS_WORDS[fixed]} {at}: no crossover on this grid ("
+                         + (f"{decided.pop()} wins or ties at every measured {AXIS_WORDS[along]})"
+                            if len(decided) == 1 else "no cell decided)"))
     return "\n".join(lines)
 
 

@@ -261,6 +261,12 @@ def aggregate(boundary_dir: str | os.PathLike) -> dict[str, pd.DataFrame]:
     return tables
 
 
+def _portable(argv: list[str] | None) -> list[str] | None:
+    """A server command as a page shows it: the program by its file name (this environment's interpreter or
+    console script), the flags as they ran."""
+    return [Path(argv[0]).name, *argv[1:]] if argv else argv
+
+
 def conditions(boundary_dir: Path, cells: list) -> dict:
     """The workload and servers from the cells' own records, each scheme's KV capacity as its vLLM reported it,
     the platform of the first round, and the order the cells ran in."""
@@ -282,7 +288,8 @@ def conditions(boundary_dir: Path, cells: list) -> dict:
         "sessions_per_cell": {cell_dir(context, c): records[run]["config"]["sessions"]
                               for _, _, context, c, run in cells},
         "engine_kv_tokens_reported": capacity,
-        "servers": {scheme: records[run]["metadata"]["servers"] for _, scheme, _, _, run in cells},
+        "servers": {scheme: {name: _portable(argv) for name, argv in records[run]["metadata"]["servers"].items()}
+                    for _, scheme, _, _, run in cells},
         "engine_kv_tokens": first["metadata"].get("engine_kv_tokens"),
         "platform": platform_probe.read(platform_file) if platform_file.is_file() else None,
         "rounds": sorted({c[0] for c in cells}),
