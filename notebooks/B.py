@@ -35,7 +35,7 @@ boundary_dir = "../tests/fixtures/boundary"  # a boundary run's tables (B_rounds
 published_dir = "../raw_data/published"  # document 000's table (B_readings.csv) and its sources
 claims = "../raw_data/published/claims.yaml"  # the claims ledger: document 000's boundary claims and statements
 trace = "../raw_data/traces/mooncake_conversation_trace.jsonl"  # the workload profiled in the last section
-slas = [["ttft_p50_s", 0.5], ["ttft_p99_s", 2.0]]  # TTFT SLAs (metric, seconds) for the regions below
+slas = "ttft_p50_s=0.5 ttft_p99_s=2.0"  # TTFT SLAs (metric=seconds) for the regions below
 out_dir = ""  # evidence folder for the tables and chart; empty: write nothing
 chart_png_scale = 2.0
 
@@ -50,7 +50,7 @@ from kvtier.bench import profile
 from kvtier.evidence import advise, boundary, charts, conditions
 
 measured = boundary.load(boundary_dir)
-sla_list = [(metric, float(seconds)) for metric, seconds in slas]
+sla_list = boundary.parse_slas(slas)
 claims_ledger = ledger.load(claims, published_dir)
 
 # %% [markdown]

@@ -92,6 +92,13 @@ def test_sla_regions_from_intervals():
         boundary.winners(g.drop(columns=["round"]))
 
 
+def test_slas_come_as_words_and_bad_ones_are_named():
+    assert boundary.parse_slas("ttft_p50_s=0.5 ttft_p99_s=2") == [("ttft_p50_s", 0.5), ("ttft_p99_s", 2.0)]
+    for bad in ("ttft_p50_s", "ttft_p50_s=fast", "tpot_s=1"):
+        with pytest.raises(KvtierError, match=f"SLA '{bad}'"):
+            boundary.parse_slas(bad)
+
+
 def profile_at(peak: int, p50: float, p90: float, p99: float) -> dict:
     return {"concurrency": {"peak": peak}, "context_tokens": {"p50": p50, "p90": p90, "p99": p99}}
 

@@ -69,7 +69,7 @@ rule render_B:
             "B", input.notebook, os.path.dirname(output.html),
             {"boundary_dir": os.path.dirname(input.rounds), "published_dir": os.path.dirname(input.published),
              "claims": input.claims, "trace": input.trace,
-             "slas": [[metric, seconds] for metric, seconds in BOUNDARY["slas"].items()],
+             "slas": " ".join(f"{metric}={seconds}" for metric, seconds in BOUNDARY["slas"].items()),
              "chart_png_scale": RENDER["chart_png_scale"]},
             input[1:], **RENDER_OPTIONS,
         ),

@@ -135,6 +135,22 @@ def crossover_text(won: pd.DataFrame, along: str = "concurrency") -> str:
     return "\n".join(lines)
 
 
+def parse_slas(text: str) -> list[tuple[str, float]]:
+    """SLAs written as words `metric=seconds` (how a rule passes them to page B): [(metric, seconds)]."""
+    slas = []
+    for word in text.split():
+        metric, sep, seconds = word.partition("=")
+        try:
+            value = float(seconds)
+        except ValueError:
+            value = None
+        if not sep or value is None or metric not in LOWER_IS_BETTER:
+            raise KvtierError(f"SLA {word!r}: expected METRIC=SECONDS with METRIC one of "
+                              f"{', '.join(m for m in LOWER_IS_BETTER if m.startswith('ttft'))}")
+        slas.append((metric, value))
+    return slas
+
+
 def sla_regions(grid: pd.DataFrame, slas: list[tuple[str, float]]) -> pd.DataFrame:
     """For each SLA (metric, seconds), each cell and each scheme: MET / NOT MET / UNDECIDED from the scheme's
     interval over the rounds, with its median."""
@@ -205,11 +221,11 @@ def attribution_medians(attribution: pd.DataFrame) -> pd.DataFrame:
     return shares.join(valid).reset_index()
 
 
-def heatmap(won: pd.DataFrame, title: str = "offload / engine_only TTFT p50 (median over rounds)"):
+def heatmap(won: pd.DataFrame, title: tuple[str, ...] = ("offload / engine_only", "TTFT p50, median over rounds")):
     """The grid as a heatmap of the ratio (below 1: offload faster), each cell labelled with its winner."""
     import altair as alt
     shown = won.assign(label=won["ratio"].map(lambda r: f"{r:.2f}") + "\n" + won["winner"])
-    base = alt.Chart(shown, title=title).encode(
+    base = alt.Chart(shown, title=alt.TitleParams(list(title))).encode(  # two lines: a small grid is narrow
         x=alt.X("concurrency:O", title="concurrency", axis=alt.Axis(labelAngle=0)),
         y=alt.Y("context_tokens:O", title="context (tokens)", sort="descending"))
     cells = base.mark_rect().encode(
