@@ -99,3 +99,30 @@ def test_bootstrap_is_idempotent_on_the_current_environment():
 def test_bootstrap_check_reports_a_missing_environment(tmp_path):
     proc = bootstrap("--venv", str(tmp_path / "none"), "--check")
     assert proc.returncode == 1 and "missing or out of date" in proc.stderr
+
+
+def test_a_download_broken_off_mid_file_is_tried_again(monkeypatch):
+    sys.path.insert(0, str(ROOT / "workflow" / "scripts"))
+    import bootstrap_env
+    calls = []
+
+    def breaks_once(*cmd):
+        calls.append(cmd)
+        if len(calls) == 1:
+            raise subprocess.CalledProcessError(2, cmd)
+    monkeypatch.setattr(bootstrap_env, "run", breaks_once)
+    bootstrap_env.run_retrying("pip", "install", attempts=3)
+    assert len(calls) == 2
+    calls.clear()
+
+    def always_breaks(*cmd):
+        calls.append(cmd)
+        raise subprocess.CalledProcessError(2, cmd)
+    monkeypatch.setattr(bootstrap_env, "run", always_breaks)
+    try:
+        bootstrap_env.run_retrying("pip", "install", attempts=2)
+    except subprocess.CalledProcessError:
+        pass
+    else:
+        raise AssertionError("the last failure must reach the caller")
+    assert len(calls) == 2

@@ -65,12 +65,24 @@ def run(*cmd: str | os.PathLike) -> None:
     subprocess.run([str(c) for c in cmd], check=True)
 
 
+def run_retrying(*cmd: str | os.PathLike, attempts: int = 3) -> None:
+    """A download can break off mid-file (pip retries a refused connection, not a read that fails half-way);
+    the install is idempotent, so it is run again, keeping what the earlier attempts installed."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return run(*cmd)
+        except subprocess.CalledProcessError:
+            if attempt == attempts:
+                raise
+            print(f"bootstrap: attempt {attempt} of {attempts} failed; trying again", file=sys.stderr, flush=True)
+
+
 def build(env: Path) -> None:
     if not venv_python(env).exists():
         venv.EnvBuilder(with_pip=True, clear=env.exists()).create(env)
     py = venv_python(env)
     pip = (py, "-m", "pip", "--disable-pip-version-check")
-    run(*pip, "install", "--no-deps", "--requirement", LOCK)
+    run_retrying(*pip, "install", "--no-deps", "--requirement", LOCK)
     present = subprocess.run([str(py), "-m", "pip", "list", "--format=freeze"], check=True,
                              capture_output=True, text=True).stdout.lower()
     stale = [name for name in INCOMPATIBLE if f"\n{name}==" in f"\n{present}"]
