@@ -33,6 +33,14 @@ def test_one_crossover_is_bracketed_by_the_measured_cells():
     assert "between the two" in boundary.crossover_text(won)
 
 
+def test_the_heatmap_outlines_the_cells_that_bracket_each_crossover():
+    g = two_schemes({1: 0.2, 2: 1.0, 4: 2.0, 8: 3.0}, {1: 0.4, 2: 1.0, 4: 1.0, 8: 1.0})
+    won = boundary.winners(g)
+    assert boundary.bracket_cells(won) == {(4096, 1), (4096, 4)}  # the tie at 2 lies inside the bracket
+    spec = boundary.heatmap(won).to_dict()
+    assert any(layer["mark"].get("stroke") == "black" for layer in spec["layer"])
+
+
 def test_no_crossover_is_said_plainly():
     won = boundary.winners(two_schemes({1: 0.2, 8: 0.9}, {1: 0.4, 8: 1.8}))
     assert boundary.crossovers(won) == {4096: []}

@@ -221,11 +221,19 @@ def attribution_medians(attribution: pd.DataFrame) -> pd.DataFrame:
     return shares.join(valid).reset_index()
 
 
+def bracket_cells(won: pd.DataFrame) -> set[tuple[int, int]]:
+    """The (context, concurrency) cells that bracket a crossover along concurrency: the heatmap outlines them."""
+    return {(x.at, c) for found in crossovers(won).values() for x in found for c in (x.below, x.above)}
+
+
 def heatmap(won: pd.DataFrame, title: tuple[str, ...] = ("offload / engine_only", "TTFT p50, median over rounds")):
-    """The grid as a heatmap of the ratio (below 1: offload faster), each cell labelled with its winner."""
+    """The grid as a heatmap of the ratio (below 1: offload faster), each cell labelled with its winner, and the
+    two measured cells that bracket each crossover outlined."""
     import altair as alt
-    shown = won.assign(label=won["ratio"].map(lambda r: f"{r:.2f}") + "\n" + won["winner"])
-    base = alt.Chart(shown, title=alt.TitleParams(list(title))).encode(  # two lines: a small grid is narrow
+    brackets = bracket_cells(won)
+    shown = won.assign(label=won["ratio"].map(lambda r: f"{r:.2f}") + "\n" + won["winner"],
+                       crossover=[(ctx, c) in brackets for ctx, c in zip(won["context_tokens"], won["concurrency"])])
+    base = alt.Chart(shown).encode(
         x=alt.X("concurrency:O", title="concurrency", axis=alt.Axis(labelAngle=0)),
         y=alt.Y("context_tokens:O", title="context (tokens)", sort="descending"))
     cells = base.mark_rect().encode(
@@ -233,9 +241,11 @@ def heatmap(won: pd.DataFrame, title: tuple[str, ...] = ("offload / engine_only"
                                                                    reverse=True)),
         tooltip=["context_tokens", "concurrency", alt.Tooltip("ratio:Q", format=".3f"),
                  alt.Tooltip("ratio_low:Q", format=".3f"), alt.Tooltip("ratio_high:Q", format=".3f"), "winner"])
+    outline = base.transform_filter(alt.datum.crossover).mark_rect(fill=None, stroke="black", strokeWidth=3)
     text = base.mark_text(fontSize=12, lineBreak="\n").encode(text="label:N")
-    return (cells + text).properties(width=90 * max(1, won["concurrency"].nunique()),
-                                     height=60 * max(1, won["context_tokens"].nunique()))
+    return (cells + outline + text).properties(  # the title on lines of its own: a small grid is narrow
+        title=alt.TitleParams(list(title), subtitle="outlined: the measured cells that bracket a crossover"),
+        width=90 * max(1, won["concurrency"].nunique()), height=60 * max(1, won["context_tokens"].nunique()))
 
 
 def write_evidence(measured: Measured, out_dir: str | os.PathLike, slas: list[tuple[str, float]],
