@@ -12,9 +12,9 @@ from conftest import ROOT
 
 PACKAGE = ROOT / "src" / "kvtier"
 # Rank of each room: a module may import only from rooms of lower rank, and from its own room.
-# __main__ -> cli -> audit -> evidence -> runs -> bench | probes -> stack -> core (bench and probes share a rank, so neither
-# may import the other). The top package holds only the version, which every room may read.
-RANKS = {"__main__": 8, "cli": 7, "audit": 6, "evidence": 5, "runs": 4, "bench": 3, "probes": 3, "stack": 2,
+# __main__ -> cli -> audit | gates -> evidence -> runs -> bench | probes -> stack -> core (rooms that share a rank
+# may not import each other). The top package holds only the version, which every room may read.
+RANKS = {"__main__": 8, "cli": 7, "audit": 6, "gates": 6, "evidence": 5, "runs": 4, "bench": 3, "probes": 3, "stack": 2,
          "core": 1, "": 0}
 
 

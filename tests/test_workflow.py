@@ -127,6 +127,8 @@ def test_fresh_copy_dry_run_and_lint_are_clean(project_copy):
     ({"evidnce_dir": "out"}, "'evidnce_dir'"),
     ({"render": {"cell_timeout_s": "600s"}}, "'render.cell_timeout_s' = '600s'"),
     ({"render": {"chart_png_scale": 9}}, "'render.chart_png_scale' = 9"),
+    ({"gates": {"g1": {"expect": [{"field": "cpu.usable_cpu", "op": "at_least", "value": 2}]}}},
+     "gates.g1.expect[0]: field 'cpu.usable_cpu' is not in the platform record"),
 ])
 def test_bad_config_stops_the_run_before_anything_is_written(project_copy, bad, named):
     (project_copy / "bad.yaml").write_text(yaml.safe_dump(bad))

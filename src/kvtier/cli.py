@@ -244,6 +244,43 @@ def _cmd_workload_profile(args) -> None:
     print(json.dumps(result, indent=2) if args.json else profile.text(result))
 
 
+def _cmd_gate_g1(args) -> int:
+    from datetime import datetime, timezone
+
+    from .core.atomic import write_text
+    from .core.config import load_yaml
+    from .gates import bom
+    if (args.expect is None) == (args.config is None):
+        raise KvtierError("give the bill of materials as --expect JSON or --config FILE (its gates.g1.expect)")
+    if args.config:
+        lines = ((load_yaml(args.config) or {}).get("gates") or {}).get("g1", {}).get("expect")
+        if lines is None:
+            raise KvtierError(f"{args.config}: no gates.g1.expect")
+        source = f"{args.config}: gates.g1.expect"
+    else:
+        try:
+            lines = json.loads(args.expect)
+        except ValueError as exc:
+            raise KvtierError(f"--expect: not JSON ({exc})") from None
+        source = "--expect"
+    if not isinstance(lines, list):
+        raise KvtierError(f"{source}: expected a list of lines, got {type(lines).__name__}")
+    bill = bom.load_bill(lines, source)
+    try:
+        record = json.loads(Path(args.record).read_text())
+    except FileNotFoundError:
+        raise KvtierError(f"{args.record}: no platform record (`kvtier probe` writes one)") from None
+    except ValueError as exc:
+        raise KvtierError(f"{args.record}: not JSON ({exc})") from None
+    rows = bom.check(bill, record)
+    print(bom.text(rows))
+    if args.out:
+        result = {"gate": "G1", "verdict": bom.verdict(rows), "record": str(args.record), "lines": rows,
+                  "checked_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+        write_text(args.out, json.dumps(result, indent=2, default=str) + "\n")
+    return 0 if bom.verdict(rows) == bom.PASS else 1
+
+
 def _cmd_advise(args) -> int:
     from .evidence import advise, boundary
     slas = [(metric, value) for metric, value in (("ttft_p50_s", args.sla_ttft_p50), ("ttft_p99_s", args.sla_ttft_p99))
@@ -443,6 +480,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--boundary", required=True, help="a boundary run's directory (with B_rounds.csv)")
     p.add_argument("--json", action="store_true", help="print the advice as JSON")
     p.set_defaults(func=_cmd_advise)
+
+    p = sub.add_parser("gate-g1", help="G1 arrival acceptance: a platform record against a bill of materials; "
+                       "exit 0 when every line passes, 1 when one fails")
+    p.add_argument("--record", required=True, help="a platform record (probes/platform.json of a run, or "
+                   "`kvtier probe --out`)")
+    p.add_argument("--expect", default=None, help="the bill as JSON: [{field, op, value, why}, ...]")
+    p.add_argument("--config", default=None, help="a config file whose gates.g1.expect is the bill (e.g. "
+                   "config/examples/mi308x.yaml)")
+    p.add_argument("--out", default=None, help="write the verdict record (JSON) here")
+    p.set_defaults(func=_cmd_gate_g1)
 
     p = sub.add_parser("notebook-sync", help="regenerate NOTEBOOK.ipynb from its jupytext NOTEBOOK.py and "
                        "execute it, keeping the outputs that nbval checks (maintainers)")

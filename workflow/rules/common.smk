@@ -9,6 +9,7 @@ from kvtier.evidence import r1 as kvtier_r1
 from kvtier.evidence.render import cli_args as render_args
 from kvtier.evidence.catalog import BY_ID as CATALOG
 from kvtier.core.errors import KvtierError
+from kvtier.gates import bom as kvtier_bom
 from kvtier.runs import boundary as kvtier_boundary
 from kvtier.runs import campaign as kvtier_campaign
 from kvtier.runs import order as kvtier_order
@@ -20,6 +21,8 @@ if workflow.config_settings.config:
     _config_sources.append("--config")
 try:
     kvtier_config.validate(config, source=" + ".join(_config_sources))
+    # G1's bill of materials names fields of the platform record: a typo is refused here, not read as a FAIL.
+    kvtier_bom.load_bill(config["gates"]["g1"]["expect"], source=f"{' + '.join(_config_sources)}: gates.g1.expect")
 except KvtierError as exc:
     sys.exit(f"kvtier: {exc}")
 
