@@ -102,7 +102,7 @@ def test_sla_regions_from_intervals():
 
 def test_slas_come_as_words_and_bad_ones_are_named():
     assert boundary.parse_slas("ttft_p50_s=0.5 ttft_p99_s=2") == [("ttft_p50_s", 0.5), ("ttft_p99_s", 2.0)]
-    for bad in ("ttft_p50_s", "ttft_p50_s=fast", "tpot_s=1"):
+    for bad in ("ttft_p50_s", "ttft_p50_s=fast", "tpot_s=1", "output_tok_s=2"):  # a throughput is no time
         with pytest.raises(KvtierError, match=f"SLA '{bad}'"):
             boundary.parse_slas(bad)
 

@@ -250,6 +250,7 @@ def _cmd_gate_g1(args) -> int:
     from .core.atomic import write_text
     from .core.config import load_yaml
     from .gates import bom
+    from .probes import platform_probe
     if (args.expect is None) == (args.config is None):
         raise KvtierError("give the bill of materials as --expect JSON or --config FILE (its gates.g1.expect)")
     if args.config:
@@ -266,13 +267,9 @@ def _cmd_gate_g1(args) -> int:
     if not isinstance(lines, list):
         raise KvtierError(f"{source}: expected a list of lines, got {type(lines).__name__}")
     bill = bom.load_bill(lines, source)
-    try:
-        record = json.loads(Path(args.record).read_text())
-    except FileNotFoundError:
-        raise KvtierError(f"{args.record}: no platform record (`kvtier probe` writes one)") from None
-    except ValueError as exc:
-        raise KvtierError(f"{args.record}: not JSON ({exc})") from None
-    rows = bom.check(bill, record)
+    if not Path(args.record).is_file():
+        raise KvtierError(f"{args.record}: no platform record (`kvtier probe` writes one)")
+    rows = bom.check(bill, platform_probe.read(args.record))  # read and checked against its schema
     print(bom.text(rows))
     if args.out:
         result = {"gate": "G1", "verdict": bom.verdict(rows), "record": str(args.record), "lines": rows,

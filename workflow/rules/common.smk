@@ -19,10 +19,11 @@ from kvtier.core import tiers as kvtier_tiers
 _config_sources = ["config/config.yaml", *map(str, workflow.overwrite_configfiles or [])]
 if workflow.config_settings.config:
     _config_sources.append("--config")
+_config_source = " + ".join(_config_sources)
 try:
-    kvtier_config.validate(config, source=" + ".join(_config_sources))
+    kvtier_config.validate(config, source=_config_source)
     # G1's bill of materials names fields of the platform record: a typo is refused here, not read as a FAIL.
-    kvtier_bom.load_bill(config["gates"]["g1"]["expect"], source=f"{' + '.join(_config_sources)}: gates.g1.expect")
+    kvtier_bom.load_bill(config["gates"]["g1"]["expect"], source=f"{_config_source}: gates.g1.expect")
 except KvtierError as exc:
     sys.exit(f"kvtier: {exc}")
 

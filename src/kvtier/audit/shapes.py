@@ -21,11 +21,10 @@ from __future__ import annotations
 import pandas as pd
 
 from ..core.errors import KvtierError
-from ..evidence.boundary import TIE, crossovers, winners
+from ..evidence.boundary import AXIS_WORDS, TIE, crossovers, no_crossover_reason, other_axis, winners
 
 AGREES, CONTRADICTS, MIXED, NOT_SHOWN = "AGREES", "CONTRADICTS", "MIXED", "NOT SHOWN"
 CHECKS = {"along_concurrency": "concurrency", "along_context": "context_tokens"}
-AXIS_WORDS = {"concurrency": "concurrency", "context_tokens": "context"}
 
 
 def evaluate(statement: dict, grid: pd.DataFrame) -> dict:
@@ -45,16 +44,13 @@ def evaluate(statement: dict, grid: pd.DataFrame) -> dict:
         raise KvtierError(f"boundary statement {statement['id']!r}: unknown check {statement['check']!r} "
                           f"(one of {', '.join([*CHECKS, 'low_corner'])})")
     along = CHECKS[statement["check"]]
-    fixed = "context_tokens" if along == "concurrency" else "concurrency"
     words, reasons = [], []
     for at, found in crossovers(won, along).items():
-        directions = {AGREES if x.before == low_end else CONTRADICTS for x in found}
         if not found:
-            decided = sorted(set(won.loc[won[fixed] == at, "winner"]) - {TIE})
-            reasons.append(f"{AXIS_WORDS[fixed]} {at}: no crossover ("
-                           + (f"{decided[0]} wins or ties at every measured {AXIS_WORDS[along]})" if decided
-                              else "no cell decided)"))
+            reasons.append(f"{AXIS_WORDS[other_axis(along)]} {at}: no crossover "
+                           f"({no_crossover_reason(won, along, at)})")
             continue
+        directions = {AGREES if x.before == low_end else CONTRADICTS for x in found}
         word = directions.pop() if len(directions) == 1 else MIXED
         words.append(word)
         reasons.append(f"{word}: " + "; ".join(x.text() for x in found))

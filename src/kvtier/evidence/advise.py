@@ -110,7 +110,8 @@ def service_model(measured: boundary.Measured, min_recompute: float = 0.9):
         raise KvtierError(f"no engine_only cell recomputed ≥ {min_recompute:.0%} of its prompt tokens: no prefill "
                           "rate to read off this grid")
     c = int(full["concurrency"].min())
-    context = int(full.loc[full["concurrency"] == c, "context_tokens"].max())
+    chosen = full[full["concurrency"] == c].sort_values("context_tokens").iloc[-1]
+    context = int(chosen["context_tokens"])
     cell = dict(scheme=boundary.ENGINE, concurrency=c, context_tokens=context)
     # The measured turns of a cell: every conversation's later turns (its opening turn is sent unmeasured).
     requests = (measured.conditions["sessions_per_cell"][cell_dir(context, c)]
@@ -120,7 +121,7 @@ def service_model(measured: boundary.Measured, min_recompute: float = 0.9):
     tok_s = stats.estimate(tables.per_round(measured.grid, "output_tok_s", **cell).values()).point
     model = ServiceModel(prompt / ttft, c / tok_s)
     return model, (f"service model read off this grid's engine_only cell at concurrency {c}, context {context} "
-                   f"(recompute share {full.loc[full['context_tokens'] == context, 'recompute_frac'].min():.2f}): "
+                   f"(recompute share {chosen['recompute_frac']:.2f}): "
                    f"{prompt:.0f} prompt tokens per request / TTFT p50 {ttft:.3f} s = {model.prefill_tok_s:.0f} "
                    f"tok/s prefill; {c} / {tok_s:.1f} output tok/s = {model.time_per_output_token_s:.4f} s per "
                    "output token")

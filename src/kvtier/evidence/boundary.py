@@ -93,12 +93,13 @@ class Crossover:
     along: str = "concurrency"
 
     def text(self) -> str:
-        fixed, moving = AXIS_WORDS[_other(self.along)], AXIS_WORDS[self.along]
+        fixed, moving = AXIS_WORDS[other_axis(self.along)], AXIS_WORDS[self.along]
         return (f"{fixed} {self.at}: {self.before} wins up to {moving} {self.below}, {self.after} "
                 f"from {self.above}; the crossover lies between the two (not measured in between)")
 
 
-def _other(axis: str) -> str:
+def other_axis(axis: str) -> str:
+    """The axis held fixed while a crossover runs along `axis`."""
     if axis not in AXES:
         raise KvtierError(f"a crossover runs along one of {', '.join(AXES)}, not {axis!r}")
     return AXES[1 - AXES.index(axis)]
@@ -108,11 +109,12 @@ def crossovers(won: pd.DataFrame, along: str = "concurrency") -> dict[int, list[
     """Per value of the other axis (per context length, by default), every change of winner between measured
     values along `along`, bracketed by the last cell won by one scheme and the first won by the other; ties
     never make a crossover on their own."""
-    fixed = _other(along)
+    fixed = other_axis(along)
     out: dict[int, list[Crossover]] = {}
     for at, rows in won.groupby(fixed):
         found, last = [], None  # last: (value along the axis, scheme) of the latest decided cell
-        for value, winner in zip(rows.sort_values(along)[along], rows.sort_values(along)["winner"]):
+        rows = rows.sort_values(along)
+        for value, winner in zip(rows[along], rows["winner"]):
             if winner == TIE:
                 continue
             if last is not None and winner != last[1]:
@@ -122,16 +124,21 @@ def crossovers(won: pd.DataFrame, along: str = "concurrency") -> dict[int, list[
     return out
 
 
+def no_crossover_reason(won: pd.DataFrame, along: str, at: int) -> str:
+    """Why the line of the grid at `at` (on the other axis) has no crossover along `along`: the one scheme that
+    won or tied every decided cell, or that no cell was decided."""
+    decided = set(won.loc[won[other_axis(along)] == at, "winner"]) - {TIE}
+    return (f"{decided.pop()} wins or ties at every measured {AXIS_WORDS[along]}" if len(decided) == 1
+            else "no cell decided")
+
+
 def crossover_text(won: pd.DataFrame, along: str = "concurrency") -> str:
-    fixed, lines = _other(along), []
+    fixed, lines = other_axis(along), []
     for at, found in crossovers(won, along).items():
         if found:
             lines += [x.text() for x in found]
         else:
-            decided = set(won.loc[won[fixed] == at, "winner"]) - {TIE}
-            lines.append(f"{AXIS_WORDS[fixed]} {at}: no crossover on this grid ("
-                         + (f"{decided.pop()} wins or ties at every measured {AXIS_WORDS[along]})"
-                            if len(decided) == 1 else "no cell decided)"))
+            lines.append(f"{AXIS_WORDS[fixed]} {at}: no crossover on this grid ({no_crossover_reason(won, along, at)})")
     return "\n".join(lines)
 
 
@@ -144,9 +151,9 @@ def parse_slas(text: str) -> list[tuple[str, float]]:
             value = float(seconds)
         except ValueError:
             value = None
-        if not sep or value is None or metric not in LOWER_IS_BETTER:
-            raise KvtierError(f"SLA {word!r}: expected METRIC=SECONDS with METRIC one of "
-                              f"{', '.join(m for m in LOWER_IS_BETTER if m.startswith('ttft'))}")
+        times = [m for m, lower in LOWER_IS_BETTER.items() if lower]  # an SLA in seconds bounds a time
+        if not sep or value is None or metric not in times:
+            raise KvtierError(f"SLA {word!r}: expected METRIC=SECONDS with METRIC one of {', '.join(times)}")
         slas.append((metric, value))
     return slas
 
