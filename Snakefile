@@ -16,6 +16,8 @@ include: "workflow/rules/runs.smk"
 include: "workflow/rules/measured.smk"
 include: "workflow/rules/r1.smk"
 include: "workflow/rules/boundary.smk"
+include: "workflow/rules/gates.smk"
+include: "workflow/rules/r9.smk"
 include: "workflow/rules/index.smk"
 
 
@@ -23,3 +25,5 @@ rule all:
     default_target: True
     input:
         f"{EVIDENCE}/index.html",
+        # The last gate's flag: a run whose gate failed does not reach its target (unless gates.stop_on_fail: false).
+        [f"{GATES_DIR}/G3.proceed"] if GATES_ON else [],

@@ -29,7 +29,11 @@ PRESET = ["--configfile", "config/presets/test.yaml"]
 ALL_JOBS = {"model": 1, "lmcache_build": 2, "tier_run_recompute_engine": 2, "tier_run_dram_local_disk": 2,
             "tier_run_shared_pool": 2, "tier_run_cross_instance": 2, "campaign": 1, "render_R2_local": 1,
             "render_R3": 1, "r1_reads": 1, "r1_resume": 1, "render_R1": 1, "render_R2": 1, "render_audit": 1,
-            "boundary_cells": 1, "boundary": 1, "render_B": 1, "index": 1, "all": 1}
+            "boundary_cells": 1, "boundary": 1, "render_B": 1, "platform": 1, "gate_g1": 1, "gate_proceed": 3,
+            "g2_storage": 1, "gate_g2": 1, "gate_g3": 1, "render_gates": 1, "model_r9": 1, "r9_loads": 1,
+            "render_R9": 1, "render_R4": 1, "render_R6": 1, "render_R7": 1, "index": 1, "all": 1}
+# What a run measures: none of it may start before G1 has passed.
+MEASUREMENTS = ("tier_run", "r1_reads", "r1_resume", "boundary_cells", "g2_storage", "r9_loads")
 
 
 @pytest.fixture(scope="module")
@@ -311,3 +315,137 @@ def test_B_renders_the_measured_boundary_with_its_reasons(built):
     for s in statements:
         assert f"{s['id']}: {s['verdict']}" in html
     assert "outside the measured grid" in html or "meet(s) the SLA" in html or "no scheme meets" in html
+
+
+def run_starts(campaign: Path) -> list[str]:
+    """The start time of every measured run of a campaign (run.json)."""
+    return [json.loads(p.read_text())["start"] for p in sorted(campaign.rglob("run.json"))]
+
+
+def test_the_gates_ran_in_order_before_what_they_gate_and_their_page_shows_every_verdict(built):
+    from kvtier.core.table_io import read_table
+    from kvtier.gates import g3, page, record
+    campaign = built / "raw_data" / "runs" / "test"
+    records = page.load(campaign / "gates")
+    assert list(records) == ["G1", "G2", "G3"]
+    # The default bill describes this machine: G1 passes, and it was checked before anything was measured.
+    assert records["G1"]["verdict"] == "PASS", record.failed_lines(records["G1"])
+    assert records["G1"]["checked_at"] <= min(run_starts(campaign))
+    flag = json.loads((campaign / "gates" / "G1.proceed").read_text())
+    assert flag == {"gate": "G1", "verdict": "PASS", "record": "raw_data/runs/test/gates/G1.json",
+                    "after_failed_gate": False}
+    # G2: every pass on both tier paths (the pool's reads from R1's fio rounds), and the campaign's baselines.
+    names = {line["name"] for line in records["G2"]["lines"]}
+    assert {"local_disk sequential write qd1", "local_disk sequential read qd1", "shared_pool 4 KiB random read qd1",
+            "shared_pool sequential read qd16", "recompute TTFT p50 at concurrency 2",
+            "engine-hit TTFT p50 (the floor) at concurrency 4"} <= names
+    assert {line["source"] for line in records["G2"]["lines"]} == {"G2 storage", "R1 fio", "campaign rounds"}
+    # G3 is what kvtier.gates.g3 computes from the campaign's rounds, with the configured comparison and reason.
+    settings = g3.G3Settings("shared_pool", "recompute")
+    expected = g3.lines(read_table(campaign / "R2_rounds.csv"), settings)
+    assert [(r["name"], r["verdict"]) for r in records["G3"]["lines"]] == [(r["name"], r["verdict"]) for r in expected]
+    assert records["G3"]["verdict"] == g3.verdict(expected) and "one disk" in records["G3"]["notes"][0]
+    html = (built / "evidence" / "gates" / "gates.html").read_text()
+    for gate, r in records.items():
+        assert f"{r['title']}" in html and f"{gate} {r['verdict']}" in html
+    assert "local_disk" in html and "sequential write" in html and "folders of one disk" in html
+    pd.testing.assert_frame_equal(read_table(built / "evidence" / "gates" / page.LINES_FILE),
+                                  page.all_lines(records).reset_index(drop=True), check_dtype=False)
+    index = (built / "evidence" / "index.html").read_text()
+    assert all(f'href="{page}"' in index for page in ("gates/gates.html", "R6/R6.html", "R7/R7.html"))
+    r6 = read_table(built / "evidence" / "R6" / "R6_lines.csv")
+    assert list(r6["field"]) == [line["field"] for line in records["G1"]["lines"]] and set(r6["verdict"]) == {"PASS"}
+    r7 = read_table(built / "evidence" / "R7" / "R7_deliverable.csv")
+    assert set(r7["path"]) == {"local_disk", "shared_pool"} and (r7.filter(like="qd").stack() > 0).all()
+    # G1 passed, so no page carries the banner of a failed gate.
+    for manifest in (built / "evidence").glob("*/manifest.json"):
+        assert json.loads(manifest.read_text()).get("after_failed_gates", []) == [], manifest
+
+
+def test_R4_sets_the_platform_record_of_every_run_side_by_side(built):
+    from kvtier.evidence import r4
+    campaign = built / "raw_data" / "runs" / "test"
+    found = r4.find(campaign)
+    assert {"gates", "round-1/recompute", "round-2/cross_instance", "R1/reads", "R1/resume/engine_hit", "B/cells",
+            "G2/storage", "R9"} <= set(found)
+    frame = read_table(built / "evidence" / "R4" / "R4_platform.csv").set_index("field")
+    assert list(frame.columns) == list(found)
+    assert frame.loc["cpu.usable_cpus"].nunique() == 1
+    html = (built / "evidence" / "R4" / "R4.html").read_text()
+    assert f"{len(found)} run directories" in html and "What differs between runs" in html
+    manifest = json.loads((built / "evidence" / "R4" / "manifest.json").read_text())
+    assert {i["path"] for i in manifest["inputs"]} >= {"raw_data/runs/test/gates/platform.json",
+                                                        "raw_data/runs/test/R9/probes/platform.json"}
+
+
+def test_R9_loads_one_model_from_each_path_cold_and_warm(built):
+    from kvtier.evidence import r9
+    measured = r9.load(built / "raw_data" / "runs" / "test" / "R9")
+    loads = measured.loads
+    assert sorted(zip(loads["path"], loads["state"])) == [("local_disk", "cold"), ("local_disk", "warm"),
+                                                          ("shared_pool", "cold"), ("shared_pool", "warm")]
+    # vLLM's own figure was found in its log for every start, and each start reached a server that answers.
+    assert loads["loading_weights_s"].notna().all() and (loads["ready_s"] > loads["loading_weights_s"]).all()
+    cold, warm = (loads[loads["state"] == s].set_index("path") for s in ("cold", "warm"))
+    assert (cold["resident_before_bytes"] < 0.1 * cold["weights_bytes"]).all(), "cold starts began cold"
+    assert (warm["resident_before_bytes"] > 0.9 * warm["weights_bytes"]).all(), "warm starts began warm"
+    assert (loads["raw_read_bytes"] == loads["weights_bytes"]).all()
+    assert not list((built / "pools").glob("*/kvtier-r9-model")), "the copies are removed"
+    rendered = read_table(built / "evidence" / "R9" / "R9_table.csv")
+    pd.testing.assert_frame_equal(rendered, measured.table, check_dtype=False)
+    html = (built / "evidence" / "R9" / "R9.html").read_text()
+    assert "6.2" in html and "9.3" in html and "names no baseline" in html
+
+
+def gated_copy(built: Path, tmp_path: Path, settings: dict) -> Path:
+    """A copy of the built project whose gates stop the run on a FAIL, with `settings` over the test preset."""
+    project = tmp_path / "kvtier"
+    shutil.copytree(built, project, symlinks=True)
+    (project / "gated.yaml").write_text(yaml.safe_dump({"gates": {"stop_on_fail": True, **settings}}))
+    return project
+
+
+def test_the_published_bill_of_materials_stops_the_run_at_G1_before_anything_is_measured(built, tmp_path):
+    """The acceptance's command: the published setup's config on this machine."""
+    project = tmp_path / "kvtier"
+    shutil.copytree(built, project, symlinks=True)
+    shutil.rmtree(project / "evidence")
+    proc = run(["snakemake", "--cores", "2", "--configfile", "config/examples/mi308x.yaml"], cwd=project,
+               check=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    campaign = project / "raw_data" / "runs" / "mi308x"
+    assert "G1 arrival acceptance FAILED" in out and "raw_data/runs/mi308x/gates/G1.json" in out
+    for line in ("accelerators.devices.#: FAIL (8 x MI308X", "accelerators.devices.*.model: FAIL",
+                 "software.torch_build: FAIL (ROCm 7.2)", "model.config_hash: FAIL"):
+        assert line in out, line
+    assert record_verdict(campaign / "gates" / "G1.json") == "FAIL" and not (campaign / "gates" / "G1.proceed").exists()
+    # Nothing was measured: no run directory but the gates', no measurement finished, no measured page.
+    assert sorted(p.name for p in campaign.iterdir()) == ["gates"]
+    assert not [line for line in out.splitlines() if any(f"(Rule: {m}" in line for m in MEASUREMENTS)]
+    # R6, the G1 page, may be rendered: it shows the failed bill.
+    assert {p.name for p in (project / "evidence").iterdir()} <= {"R2", "audit", "R6"}
+
+
+def record_verdict(path: Path) -> str:
+    from kvtier.gates import record
+    return record.read(path)["verdict"]
+
+
+@pytest.mark.parametrize("gate, settings, failed_line", [
+    ("G2", {"g2": {"max_cv": 1e-9}}, "unstable: cv"),
+    ("G3", {"g3": {"ttft_reduction_min_pct": 99.9}}, "concurrency 2: TTFT p50 reduction %:"),
+])
+def test_a_failed_G2_or_G3_stops_what_comes_after_it(built, tmp_path, gate, settings, failed_line):
+    project = gated_copy(built, tmp_path, settings)
+    gates = project / "raw_data" / "runs" / "test" / "gates"
+    later = gates / "G3.json"
+    before = later.stat().st_mtime_ns
+    proc = run(["snakemake", "--cores", "2", *PRESET, "gated.yaml"], cwd=project, check=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "FAILED" in out and failed_line in out
+    assert record_verdict(gates / f"{gate}.json") == "FAIL" and not (gates / f"{gate}.proceed").exists()
+    # Re-checking a gate measured nothing again, and what comes after a failed gate did not run.
+    assert not [line for line in out.splitlines() if any(f"(Rule: {m}" in line for m in MEASUREMENTS)]
+    if gate == "G2":
+        assert later.stat().st_mtime_ns == before, "G3 ran after a failed G2"

@@ -41,8 +41,10 @@ def _number_or_text(value: str):
 
 def _cmd_render(args) -> None:
     from .evidence import render
-    page = render.render(args.item, args.notebook, args.out_dir, _parse_params(args.param), args.input,
-                         cell_timeout_s=args.cell_timeout_s, html_template=args.html_template)
+    from .gates import record
+    page = render.render(args.item, args.notebook, args.out_dir, _parse_params(args.param),
+                         sorted({*args.input, *args.gate}), cell_timeout_s=args.cell_timeout_s,
+                         html_template=args.html_template, after_failed_gates=record.failed_gates(args.gate))
     print(f"{args.item}: rendered {page}")
 
 
@@ -195,7 +197,7 @@ def _cmd_probe(args) -> None:
         if not sep or not name or not value:
             raise KvtierError(f"--path {pair!r}: expected NAME=DIRECTORY, e.g. shared_pool=/mnt/pool")
         paths[name] = value
-    platform_probe.write(args.out, paths, args.model_dir)
+    platform_probe.write(args.out, paths, args.model_dir, args.lmcache_build)
     print(f"wrote {args.out}")
 
 
@@ -245,11 +247,8 @@ def _cmd_workload_profile(args) -> None:
 
 
 def _cmd_gate_g1(args) -> int:
-    from datetime import datetime, timezone
-
-    from .core.atomic import write_text
     from .core.config import load_yaml
-    from .gates import bom
+    from .gates import bom, record
     from .probes import platform_probe
     if (args.expect is None) == (args.config is None):
         raise KvtierError("give the bill of materials as --expect JSON or --config FILE (its gates.g1.expect)")
@@ -272,10 +271,59 @@ def _cmd_gate_g1(args) -> int:
     rows = bom.check(bill, platform_probe.read(args.record))  # read and checked against its schema
     print(bom.text(rows))
     if args.out:
-        result = {"gate": "G1", "verdict": bom.verdict(rows), "record": str(args.record), "lines": rows,
-                  "checked_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
-        write_text(args.out, json.dumps(result, indent=2, default=str) + "\n")
+        record.write(args.out, record.make("G1", bom.verdict(rows), rows, [args.record], {"expect": lines}))
     return 0 if bom.verdict(rows) == bom.PASS else 1
+
+
+def _cmd_gate_g2(args) -> int:
+    from .core.table_io import read_table
+    from .gates import g2, record
+    settings = _settings(g2.G2Settings, args.settings, "--settings")
+    inputs = [Path(args.storage) / g2.STORAGE_FILE]
+    rows = g2.storage_lines(g2.load_storage(args.storage, args.r1_reads), settings)
+    if args.r1_reads:
+        inputs.append(Path(args.r1_reads) / g2.R1_FIO_FILE)
+    if args.rounds:
+        rows += g2.engine_lines(read_table(args.rounds), settings)
+        inputs.append(args.rounds)
+    print(g2.text(rows))
+    if args.out:
+        record.write(args.out, record.make("G2", g2.verdict(rows), rows, inputs,
+                                           {"max_cv": settings.max_cv, "floors": settings.floors}))
+    return 0 if g2.verdict(rows) == g2.PASS else 1
+
+
+def _cmd_gate_g3(args) -> int:
+    from dataclasses import asdict
+
+    from .core.table_io import read_table
+    from .gates import g3, record
+    settings = _settings(g3.G3Settings, args.settings, "--settings")
+    rows = g3.lines(read_table(args.rounds), settings)
+    print(g3.text(rows, settings))
+    if args.out:
+        notes = [args.why] if args.why else []
+        record.write(args.out, record.make("G3", g3.verdict(rows), rows, [args.rounds], asdict(settings), notes))
+    return 0 if g3.verdict(rows) == g3.PASS else 1
+
+
+def _cmd_gate_proceed(args) -> None:
+    from .gates import record
+    flag = record.proceed(args.record, args.flag, stop_on_fail=not args.continue_on_fail)
+    print(f"{flag['gate']} {flag['verdict']}" + (": later stages run after a failed gate (gates.stop_on_fail is "
+                                                 "false)" if flag["after_failed_gate"] else ": later stages run"))
+
+
+def _cmd_r9_loads(args) -> None:
+    from .runs.r9 import LoadSettings, run_loads
+    run = run_loads(_settings(LoadSettings, args.settings, "--settings"), args.run_dir)
+    print(f"R9 loads {run['status']}: {args.run_dir}")
+
+
+def _cmd_g2_storage(args) -> None:
+    from .runs.g2_storage import StorageSettings, run_storage
+    run = run_storage(_settings(StorageSettings, args.settings, "--settings"), args.run_dir)
+    print(f"G2 storage {run['status']}: {args.run_dir}")
 
 
 def _cmd_advise(args) -> int:
@@ -318,6 +366,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="papermill parameter (repeatable)")
     p.add_argument("--input", action="append", default=[], metavar="FILE",
                    help="raw input file to hash into the manifest (repeatable)")
+    p.add_argument("--gate", action="append", default=[], metavar="RECORD",
+                   help="a gate this page's data were measured after: its verdict record; a FAIL marks the page "
+                        "'after a failed gate' (repeatable)")
     p.add_argument("--cell-timeout-s", type=int, default=600)
     p.add_argument("--html-template", default="kvtier", choices=["kvtier", "lab", "classic", "basic"],
                    help="nbconvert template: kvtier (code folded), or nbconvert's own")
@@ -425,6 +476,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--path", action="append", default=[], metavar="NAME=DIRECTORY",
                    help="a tier path whose mount and block device to record (repeatable)")
     p.add_argument("--model-dir", help="the served model's directory (its config hash is recorded)")
+    p.add_argument("--lmcache-build", help="the LMCache build the servers run (its version and patch set)")
     p.set_defaults(func=_cmd_probe)
 
     p = sub.add_parser("lmcache-build", help="build LMCache from the pinned upstream wheel (sha256-checked) plus "
@@ -487,6 +539,43 @@ def build_parser() -> argparse.ArgumentParser:
                    "config/examples/mi308x.yaml)")
     p.add_argument("--out", default=None, help="write the verdict record (JSON) here")
     p.set_defaults(func=_cmd_gate_g1)
+
+    p = sub.add_parser("r9-loads", help="R9: vLLM loading one model's weights from each tier path, cold and warm, "
+                       "beside the raw read time of the weight files, repeated")
+    p.add_argument("--run-dir", required=True, help="where the run goes (new)")
+    p.add_argument("--settings", required=True, help="JSON of kvtier.runs.r9.LoadSettings")
+    p.set_defaults(func=_cmd_r9_loads)
+
+    p = sub.add_parser("g2-storage", help="G2's storage baseline: fio's direct sequential write and read and 4 KiB "
+                       "random read per tier path and queue depth, repeated")
+    p.add_argument("--run-dir", required=True, help="where the run goes (new)")
+    p.add_argument("--settings", required=True, help="JSON of kvtier.runs.g2_storage.StorageSettings")
+    p.set_defaults(func=_cmd_g2_storage)
+
+    p = sub.add_parser("gate-g2", help="G2 single-node baseline: every storage pass and baseline TTFT stable over "
+                       "its repetitions and over its floor; exit 0 on PASS, 1 on FAIL")
+    p.add_argument("--storage", required=True, help="a g2-storage run directory")
+    p.add_argument("--r1-reads", default=None, help="an R1 reads run directory (its fio rounds on the pool path)")
+    p.add_argument("--rounds", default=None, help="a campaign's R2_rounds.csv (recompute and engine TTFT)")
+    p.add_argument("--settings", default="{}", help="JSON of kvtier.gates.g2.G2Settings")
+    p.add_argument("--out", default=None, help="write the verdict record (JSON) here")
+    p.set_defaults(func=_cmd_gate_g2)
+
+    p = sub.add_parser("gate-g3", help="G3 main gate: a candidate tier against a baseline tier over a campaign's "
+                       "rounds, by intervals; exit 0 on PASS, 1 on FAIL")
+    p.add_argument("--rounds", required=True, help="a campaign's R2_rounds.csv")
+    p.add_argument("--settings", required=True, help="JSON of kvtier.gates.g3.G3Settings")
+    p.add_argument("--why", default=None, help="why this candidate and baseline (kept in the record)")
+    p.add_argument("--out", default=None, help="write the verdict record (JSON) here")
+    p.set_defaults(func=_cmd_gate_g3)
+
+    p = sub.add_parser("gate-proceed", help="let what comes after a gate start: write FLAG when RECORD passed; "
+                       "on FAIL exit non-zero naming the failed lines (unless --continue-on-fail)")
+    p.add_argument("record", help="a gate's verdict record")
+    p.add_argument("--flag", required=True, help="the flag file the next stages need")
+    p.add_argument("--continue-on-fail", action="store_true", help="write the flag after a FAIL too, marked so "
+                   "(gates.stop_on_fail: false)")
+    p.set_defaults(func=_cmd_gate_proceed)
 
     p = sub.add_parser("notebook-sync", help="regenerate NOTEBOOK.ipynb from its jupytext NOTEBOOK.py and "
                        "execute it, keeping the outputs that nbval checks (maintainers)")

@@ -7,8 +7,9 @@ rule boundary_cells:
     message:
         "Boundary: engine_only and offload over concurrency x context, {params.rounds} rounds, into {output.cells}"
     input:
-        model=f"{MODEL_DIR}/config.json",
+        model=MODEL_INPUT,
         lmcache=[f"{LMCACHE_BUILD}/build.json"] if LMCACHE_BUILD else [],
+        gate=[ancient(flag) for flag in G1_FLAG],
     output:
         cells=directory(BOUNDARY_CELLS),
     params:
@@ -59,6 +60,7 @@ rule render_B:
         claims=f"{PUBLISHED}/claims.yaml",
         sources=SOURCES,
         trace=BOUNDARY["profile_trace"],
+        gate=G1_RECORD,
     output:
         html=f"{EVIDENCE}/B/B.html",
         executed=f"{EVIDENCE}/B/B.ipynb",
@@ -71,7 +73,7 @@ rule render_B:
              "claims": input.claims, "trace": input.trace,
              "slas": " ".join(f"{metric}={seconds}" for metric, seconds in BOUNDARY["slas"].items()),
              "chart_png_scale": RENDER["chart_png_scale"]},
-            input[1:], **RENDER_OPTIONS,
+            input[1:], gates=input.gate, **RENDER_OPTIONS,
         ),
     resources:
         measurement=1,

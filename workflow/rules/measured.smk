@@ -11,6 +11,7 @@ rule render_R2_local:
         attribution=f"{CAMPAIGN_DIR}/attribution.csv",
         correctness=f"{CAMPAIGN_DIR}/correctness.csv",
         conditions=f"{CAMPAIGN_DIR}/conditions.json",
+        gate=G1_RECORD,
     output:
         html=f"{EVIDENCE}/R2_local/R2_local.html",
         executed=f"{EVIDENCE}/R2_local/R2_local.ipynb",
@@ -21,7 +22,7 @@ rule render_R2_local:
         argv=lambda wildcards, input, output: render_args(
             "R2_local", input.notebook, os.path.dirname(output.html),
             {"campaign_dir": os.path.dirname(input.readings), "chart_png_scale": RENDER["chart_png_scale"]},
-            input[1:], **RENDER_OPTIONS,
+            input[1:], gates=input.gate, **RENDER_OPTIONS,
         ),
     resources:
         measurement=1,
@@ -43,6 +44,7 @@ rule render_R3:
         attribution=f"{CAMPAIGN_DIR}/attribution.csv",
         correctness=f"{CAMPAIGN_DIR}/correctness.csv",
         conditions=f"{CAMPAIGN_DIR}/conditions.json",
+        gate=G1_RECORD,
     output:
         html=f"{EVIDENCE}/R3/R3.html",
         executed=f"{EVIDENCE}/R3/R3.ipynb",
@@ -53,12 +55,40 @@ rule render_R3:
         argv=lambda wildcards, input, output: render_args(
             "R3", input.notebook, os.path.dirname(output.html),
             {"campaign_dir": os.path.dirname(input.readings), "chart_png_scale": RENDER["chart_png_scale"]},
-            input[1:], **RENDER_OPTIONS,
+            input[1:], gates=input.gate, **RENDER_OPTIONS,
         ),
     resources:
         measurement=1,
     log:
         "logs/render_R3.log",
+    conda:
+        "../../environment.yml"
+    shell:
+        "kvtier render {params.argv:q} > {log:q} 2>&1"
+
+
+rule render_R4:
+    message:
+        "R4: the platform and stack record of every run of campaign {params.campaign}, side by side"
+    input:
+        notebook="notebooks/R4.ipynb",
+        runs=R4_RUNS,
+        gate=G1_RECORD,
+    output:
+        html=f"{EVIDENCE}/R4/R4.html",
+        executed=f"{EVIDENCE}/R4/R4.ipynb",
+        table=f"{EVIDENCE}/R4/R4_platform.csv",
+        manifest=f"{EVIDENCE}/R4/manifest.json",
+    params:
+        campaign=RUNS["campaign"],
+        argv=lambda wildcards, input, output: render_args(
+            "R4", input.notebook, os.path.dirname(output.html), {"runs_dir": CAMPAIGN_DIR}, PLATFORM_RECORDS,
+            gates=input.gate, **RENDER_OPTIONS,
+        ),
+    resources:
+        measurement=1,
+    log:
+        "logs/render_R4.log",
     conda:
         "../../environment.yml"
     shell:

@@ -7,6 +7,7 @@ rule r1_reads:
         "R1 reads: both LMCache builds' cold loads beside fio, and checkpoint saves, into {output.run}"
     input:
         builds=expand("build/lmcache/{variant}/build.json", variant=("upstream", "patched")),
+        gate=[ancient(flag) for flag in G1_FLAG],
     output:
         run=directory(f"{R1_DIR}/reads"),
     params:
@@ -25,8 +26,9 @@ rule r1_resume:
     message:
         "R1 resume: 12k-token sessions from L2 beside the raw read of their chunks, into {output.run}"
     input:
-        model=f"{MODEL_DIR}/config.json",
+        model=MODEL_INPUT,
         lmcache=[f"{LMCACHE_BUILD}/build.json"] if LMCACHE_BUILD else [],
+        gate=[ancient(flag) for flag in G1_FLAG],
     output:
         run=directory(f"{R1_DIR}/resume"),
     params:
@@ -51,6 +53,7 @@ rule render_R1:
         reads=f"{R1_DIR}/reads",
         resume=f"{R1_DIR}/resume",
         claims=f"{PUBLISHED}/claims.yaml",
+        gate=G1_RECORD,
     output:
         html=f"{EVIDENCE}/R1/R1.html",
         executed=f"{EVIDENCE}/R1/R1.ipynb",
@@ -61,7 +64,8 @@ rule render_R1:
             "R1", input.notebook, os.path.dirname(output.html),
             {"r1_dir": os.path.dirname(input.reads), "published_dir": os.path.dirname(input.claims),
              "chart_png_scale": RENDER["chart_png_scale"]},
-            [*(f"{os.path.dirname(input.reads)}/{name}" for name in R1_RAW_FILES), input.claims], **RENDER_OPTIONS,
+            [*(f"{os.path.dirname(input.reads)}/{name}" for name in R1_RAW_FILES), input.claims],
+            gates=input.gate, **RENDER_OPTIONS,
         ),
     resources:
         measurement=1,

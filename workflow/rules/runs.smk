@@ -14,8 +14,9 @@ for _unit in RUN_UNITS:
             f"Tier run {' then '.join(_unit)}, round {{wildcards.round}}: real vLLM (+ LMCache), the cold-resume "
             "protocol, into {output}"
         input:
-            model=f"{MODEL_DIR}/config.json",
+            model=MODEL_INPUT,
             lmcache=[f"{LMCACHE_BUILD}/build.json"] if LMCACHE_BUILD else [],
+            gate=[ancient(flag) for flag in G1_FLAG],
             # The unit measured just before this one in its round's order (`unit` bound now, not at call time).
             after=lambda wildcards, unit=_unit: [TIER_RUN_DIR.format(round=r, tier=k) for r, k in
                                                  kvtier_order.before(UNIT_PLAN, int(wildcards.round), unit)],

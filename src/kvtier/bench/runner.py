@@ -217,6 +217,16 @@ def now_utc() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
+def read_completed(run_dir: str | os.PathLike) -> dict:
+    """A run's run.json, refused (naming it, its status and its error) unless the run completed."""
+    from ..core.config import read_json
+    path = Path(run_dir) / RUN_FILE
+    run = read_json(path, "run record (run.json)")
+    if run.get("status") != "complete":
+        raise KvtierError(f"{path}: the run is {run.get('status')!r}, not complete ({run.get('error')})")
+    return run
+
+
 def write_run(run_dir: Path, run: dict) -> None:
     write_text(run_dir / RUN_FILE, json.dumps(run, indent=2) + "\n")
 

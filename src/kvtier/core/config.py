@@ -1,4 +1,5 @@
-"""Load the workflow config and validate it against workflow/schemas/config.schema.yaml.
+"""Load the workflow config and validate it against workflow/schemas/config.schema.yaml; read a JSON record and
+check it against its schema.
 
 Validation fills defaults from the schema and refuses unknown keys, wrong types and out-of-range values with a
 message that names the key and the value, so a typo never silently falls back to a default.
@@ -6,6 +7,7 @@ message that names the key and the value, so a typo never silently falls back to
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -85,3 +87,21 @@ def validate(config: dict, source: str = "config", schema_file: str | os.PathLik
 
 def load(path: str | os.PathLike) -> dict:
     return validate(load_yaml(path) or {}, source=str(path))
+
+
+def read_json(path: str | os.PathLike, what: str) -> Any:
+    """A JSON file's content; a missing or malformed file is a KvtierError naming the file and `what` it should be."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise KvtierError(f"{path}: not a readable {what} ({exc})") from None
+
+
+def check_schema(record: Any, schema: str, source: str, what: str = "") -> Any:
+    """`record` checked against workflow/schemas/<schema>.schema.yaml; the first problem is a KvtierError naming
+    `source` and where in the record it is."""
+    errors = list(jsonschema.Draft202012Validator(load_yaml(schema_path(schema))).iter_errors(record))
+    if errors:
+        where = "/".join(map(str, errors[0].absolute_path)) or "(top level)"
+        raise KvtierError(f"{source}: {what + ': ' if what else ''}{errors[0].message} at {where}")
+    return record

@@ -36,14 +36,23 @@ CATALOG = (
     Item("R3", "Shared pool across instances (measured here)", "instance B (its own vLLM + LMCache) resumes "
          "sessions that instance A wrote to one pool: B's L2 hits, TTFT and tok/s beside the same-instance pool "
          "and recompute, and B's outputs against recompute"),
-    Item("R4", "Platform and software stack", "accelerators, ROCm/vLLM/LMCache versions of the published runs"),
+    Item("R4", "Platform and software stack (measured here)", "the platform record of every run of the campaign "
+         "side by side: one column per run directory, the fields that differ highlighted"),
     Item("R5", "G4 stability soak", "72 h soak"),
-    Item("R6", "G1 arrival acceptance", "inventory against the expected bill of materials"),
-    Item("R7", "G2 single-node baseline", "storage bandwidth and recompute baseline"),
+    Item("R6", "G1 arrival acceptance (measured here)", "the platform record against the bill of materials "
+         "(gates.g1.expect), line by line with the value found, checked before anything is measured"),
+    Item("R7", "G2 single-node baseline (measured here)", "each tier path's fio write, read and 4 KiB random read "
+         "per queue depth, and the recompute and engine-hit TTFT: what they deliver, stable over repetitions, "
+         "over their floors"),
     Item("R8", "The package itself", "patches, versions, hashes, manifest"),
-    Item("R9", "Model-weight load time per tier", "published: 6.2–9.3× on Atlas 910B"),
+    Item("R9", "Model-weight load time per tier (measured here)", "vLLM loading one model's weights from the "
+         "local disk and the pool path, cold and warm, beside the raw read of its weight files (published: "
+         "6.2–9.3× on Atlas 910B, against an unstated baseline)"),
     Item("A", "Claims audit", "every numeric claim of both documents, recomputed from the published readings, "
          "with a verdict and cross-checks", slug="audit"),
+    Item("G", "The gated joint test, G1 to G3 (measured here)", "document 000's gates on this run: the platform "
+         "against its bill of materials (G1), the baseline's stability and floors (G2), the candidate tier against "
+         "the baseline by intervals (G3); each verdict with its failed lines and record", slug="gates"),
     Item("B", "Engine memory vs offload boundary", "where engine memory beats offload, by concurrency × context, "
          "under a TTFT SLA"),
 )

@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..bench.records import read_records
-from ..bench.runner import RUN_FILE
+from ..bench.runner import RUN_FILE, read_completed
 from ..core.errors import KvtierError
 from ..core.table_io import write_table
 from ..probes import platform_probe, quiet
@@ -84,16 +84,6 @@ def _spread(frame: pd.DataFrame, by: list[str]) -> pd.DataFrame:
                          "gb_per_s_min": grouped.min(), "gb_per_s_max": grouped.max()}).reset_index()
 
 
-def _complete(run_dir: Path) -> dict:
-    path = run_dir / RUN_FILE
-    if not path.is_file():
-        raise KvtierError(f"{path}: missing")
-    run = json.loads(path.read_text())
-    if run.get("status") != "complete":
-        raise KvtierError(f"{path}: the run is {run.get('status')!r}, not complete ({run.get('error')})")
-    return run
-
-
 def retrieve_lines(log: Path) -> dict:
     """LMCache's own timings of the L2 prefetches and of the retrieves into the engine, from its log."""
     text = log.read_text(errors="replace") if log.is_file() else ""
@@ -130,7 +120,7 @@ def raw_read_rounds(resume_dir: Path) -> pd.DataFrame:
 def load_resume(resume_dir: Path) -> pd.DataFrame:
     """Per session resumed from L2: its TTFT, the raw read time of its share of the chunk files, and the TTFT of
     the same session resumed from vLLM's own prefix cache (the engine-hit floor, no storage involved)."""
-    _complete(resume_dir)
+    read_completed(resume_dir)
     run_dir = resume_dir / RESUME_RUN
     row, records = _resumed(run_dir, "local_disk")
     floor_row, floor_records = _resumed(resume_dir / ENGINE_HIT_RUN, "engine")
@@ -239,7 +229,7 @@ def targets(coldread_rounds: pd.DataFrame, fio_rounds: pd.DataFrame, resume: pd.
 def load(r1_dir: str | os.PathLike) -> Measured:
     r1_dir = Path(r1_dir)
     reads_dir = r1_dir / "reads"
-    run = _complete(reads_dir)
+    run = read_completed(reads_dir)
     coldread_rounds = _frame(reads_dir / COLDREAD_FILE, ("round", "build", "load_concurrency", "gb_per_s",
                                                          "resident_bytes_before"))
     fio_rounds = _frame(reads_dir / FIO_FILE, ("round", "iodepth", "gb_per_s"))

@@ -50,9 +50,24 @@ def _remove_written_since(folder: Path, before: dict[Path, int]) -> None:
             path.unlink(missing_ok=True)
 
 
+def failed_gate_cell(failed: list[dict]) -> nbformat.NotebookNode:
+    """The first cell of a page rendered after a failed gate (gates.stop_on_fail: false): which gate, which lines."""
+    lines = ["<div class=\"kvtier-after-failed-gate\" style=\"border:3px solid #c0392b;padding:0.6em 1em;"
+             "background:#fdecea\">", "", "**Rendered after a failed gate.** These figures were measured on a "
+             "platform, or after a baseline, that did not pass its gate; the run went on because "
+             "`gates.stop_on_fail` is false. Read them as such.", ""]
+    for gate in failed:
+        lines.append(f"- **{gate['title']}: FAIL** (record `{gate['record']}`): "
+                     + "; ".join(gate["failed"][:8]) + (" …" if len(gate["failed"]) > 8 else ""))
+    lines += ["", "</div>"]
+    return nbformat.v4.new_markdown_cell("\n".join(lines))
+
+
 def render(item: str, notebook: str | os.PathLike, out_dir: str | os.PathLike, parameters: dict,
            inputs: list[str], cell_timeout_s: int = 600, html_template: str = DEFAULT_TEMPLATE,
-           cwd: str | os.PathLike = ".") -> Path:
+           cwd: str | os.PathLike = ".", after_failed_gates: list[dict] | None = None) -> Path:
+    """Execute `notebook` into `out_dir` and export it; `after_failed_gates` (kvtier.gates.record.failed_gates) puts
+    a banner naming them at the top of the page and into the manifest."""
     notebook, out_dir, cwd = Path(notebook), Path(out_dir), Path(cwd)
     if not notebook.is_file():
         raise KvtierError(f"{notebook}: notebook not found")
@@ -68,7 +83,10 @@ def render(item: str, notebook: str | os.PathLike, out_dir: str | os.PathLike, p
         executed = out_dir / f"{item}.ipynb"
         _execute(notebook, executed, parameters, cwd, cell_timeout_s)
         exporter = HTMLExporter(template_name=html_template, extra_template_basedirs=[str(TEMPLATES)])
-        body, _ = exporter.from_notebook_node(nbformat.read(executed, as_version=4))
+        node = nbformat.read(executed, as_version=4)
+        if after_failed_gates:
+            node.cells.insert(0, failed_gate_cell(after_failed_gates))
+        body, _ = exporter.from_notebook_node(node)
         html = write_text(out_dir / f"{item}.html", body)
     except BaseException:
         _remove_written_since(out_dir, before)
@@ -82,6 +100,7 @@ def render(item: str, notebook: str | os.PathLike, out_dir: str | os.PathLike, p
                     "source_revision": git_revision(cwd)},
         "inputs": [file_record(p) for p in sorted(inputs)],
         "outputs": [file_record(p) for p in outputs],
+        "after_failed_gates": after_failed_gates or [],
         "rendered_at": {"start": started.isoformat(timespec="seconds"),
                         "end": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")},
     }
@@ -90,7 +109,7 @@ def render(item: str, notebook: str | os.PathLike, out_dir: str | os.PathLike, p
 
 
 def cli_args(item: str, notebook: str, out_dir: str, parameters: dict, inputs: list[str],
-             cell_timeout_s: int = 600, html_template: str = DEFAULT_TEMPLATE) -> list[str]:
+             cell_timeout_s: int = 600, html_template: str = DEFAULT_TEMPLATE, gates: list[str] = ()) -> list[str]:
     """The arguments of `kvtier render` that render `item` into `out_dir`, one list element per word.
 
     The workflow's rules pass them as `{params.argv:q}`: Snakemake quotes each element, so a path or value from
@@ -102,5 +121,7 @@ def cli_args(item: str, notebook: str, out_dir: str, parameters: dict, inputs: l
         argv += ["--param", f"{name}={value}"]
     for path in inputs:
         argv += ["--input", str(path)]
+    for path in gates:
+        argv += ["--gate", str(path)]
     return argv
 

@@ -144,7 +144,7 @@ def check(bill: list[Line], record: dict) -> list[dict]:
         values = values_at(record, line.field)
         ok = bool(values) and all(_holds(line, v) for v in values)
         found = values[0] if len(values) == 1 else values if values else None
-        rows.append({"field": line.field, "op": line.op, "expected": line.value, "found": found,
+        rows.append({"name": line.field, "field": line.field, "op": line.op, "expected": line.value, "found": found,
                      "verdict": PASS if ok else FAIL, "why": line.why,
                      "note": "" if values and found is not None else NOT_RECORDED})
     return rows

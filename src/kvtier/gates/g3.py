@@ -56,7 +56,7 @@ def lines(by_round: pd.DataFrame, settings: G3Settings) -> list[dict]:
             if not stats.paired_ratios(mine, theirs):
                 continue
             figure = _percent(stats.ratio(mine, theirs), sign)
-            rows.append({"concurrency": int(c), "metric": name, "threshold_pct": threshold,
+            rows.append({"name": f"concurrency {int(c)}: {name}", "concurrency": int(c), "metric": name, "threshold_pct": threshold,
                          "point_pct": figure.point, "low_pct": figure.low, "high_pct": figure.high,
                          "rounds": figure.rounds, "interval": figure.method,
                          "verdict": stats.target(figure, threshold, at_least=True)})

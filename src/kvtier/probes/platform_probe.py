@@ -262,14 +262,8 @@ def probe(paths: dict[str, str] | None = None, model_dir: str | None = None,
 
 
 def validate(record: dict, source: str = "platform record") -> dict:
-    import jsonschema
-
-    from ..core.config import load_yaml
-    from ..core.paths import schema_path
-    errors = list(jsonschema.Draft202012Validator(load_yaml(schema_path(SCHEMA))).iter_errors(record))
-    if errors:
-        where = "/".join(map(str, errors[0].absolute_path)) or "(top level)"
-        raise KvtierError(f"{source}: {errors[0].message} at {where}")
+    from ..core.config import check_schema
+    check_schema(record, SCHEMA.removesuffix(".schema.yaml"), source)
     leaked = [k for k in record.get("environment", {}) if is_secret(k)]
     if leaked:
         raise KvtierError(f"{source}: environment holds secret-named variables {leaked}")
@@ -284,9 +278,5 @@ def write(out: str | os.PathLike, paths: dict[str, str] | None = None, model_dir
 
 
 def read(path: str | os.PathLike) -> dict:
-    path = Path(path)
-    try:
-        record = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise KvtierError(f"{path}: not a readable platform record ({exc})") from None
-    return validate(record, source=str(path))
+    from ..core.config import read_json
+    return validate(read_json(path, "platform record"), source=str(path))

@@ -32,12 +32,12 @@ from pathlib import Path
 from typing import Callable
 
 from ..bench.records import RecordWriter
-from ..bench.runner import RUN_FILE, now_utc, write_run
+from ..bench.runner import RUN_FILE
 from ..core.errors import KvtierError
-from ..core.vcs import git_revision
 from ..probes import ckptsave, coldread, fio, pagecache, platform_probe, quiet
 from ..probes.platform_probe import PLATFORM_FILE
 from ..stack import lmcache_build
+from .run_record import RunRecord
 from .tier_run import run_tier
 
 BUILDS = ("upstream", "patched")
@@ -83,27 +83,6 @@ class ReadSettings:
         return sorted({*self.queue_depths, self.load_concurrency})
 
 
-class _RunRecord:
-    """run.json of an R1 run: running until the body returns, then complete, or incomplete with the error."""
-
-    def __init__(self, run_dir: Path, kind: str, settings: dict, extra: dict):
-        if (run_dir / RUN_FILE).exists():
-            raise KvtierError(f"{run_dir}: already holds a run; choose a new run directory")
-        self.run_dir = run_dir
-        self.run = {"kind": kind, "status": "running", "start": now_utc(), "end": None, "error": None,
-                    "git_revision": git_revision(), "settings": settings, **extra}
-        write_run(self.run_dir, self.run)
-
-    def __enter__(self) -> dict:
-        return self.run
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        self.run["status"] = "complete" if exc_type is None else "incomplete"
-        self.run["error"] = None if exc is None else f"{exc_type.__name__}: {exc}"
-        self.run["end"] = now_utc()
-        write_run(self.run_dir, self.run)
-
-
 def _build_site(build_dir: str) -> str:
     record = lmcache_build.read(build_dir)
     return str(Path(build_dir) / record["site"])
@@ -137,7 +116,7 @@ def run_reads(settings: ReadSettings, run_dir: str | os.PathLike) -> dict:
     versions = {name: lmcache_build.read(path)["version"] for name, path in settings.builds.items()}
     spec = ckptsave.CheckpointSpec(**settings.checkpoint)
     run_dir.mkdir(parents=True, exist_ok=True)
-    with _RunRecord(run_dir, "r1-reads", asdict(settings),
+    with RunRecord(run_dir, "r1-reads", asdict(settings),
                     {"fio": fio_version, "lmcache_versions": versions, "sites": sites,
                      "checkpoint_spec": asdict(spec), "page_cache": coldread.page_cache(settings.use_odirect),
                      "platform": PLATFORM_FILE}):
@@ -226,7 +205,7 @@ def run_resume(tier_settings, resume: ResumeSettings, run_dir: str | os.PathLike
     if (run_dir / RUN_FILE).exists():
         raise KvtierError(f"{run_dir}: already holds a run; choose a new run directory")
     run_tier("local_disk", settings, run_dir / RESUME_RUN)
-    with _RunRecord(run_dir, "r1-resume", asdict(resume), {"tier_run": RESUME_RUN, "engine_hit_run": ENGINE_HIT_RUN,
+    with RunRecord(run_dir, "r1-resume", asdict(resume), {"tier_run": RESUME_RUN, "engine_hit_run": ENGINE_HIT_RUN,
                                                            "pool": str(pool)}):
         check = quiet.hook(tier_settings.quiet)
         with RecordWriter(run_dir / RAWREAD_FILE) as rawreads:

@@ -207,8 +207,5 @@ def build(upstream_wheel: str | os.PathLike, upstream: Upstream, patches: list[s
 
 
 def read(variant_dir: str | os.PathLike) -> dict:
-    path = Path(variant_dir) / BUILD_FILE
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise KvtierError(f"{path}: not a readable LMCache build record ({exc})") from None
+    from ..core.config import read_json
+    return read_json(Path(variant_dir) / BUILD_FILE, "LMCache build record")

@@ -1,0 +1,121 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # The gated joint test, G1 to G3, on this run
+#
+# Document 000 describes the method behind the report's numbers as a gated joint test: **G1** arrival
+# acceptance (the platform is what was ordered), **G2** single-node baseline (what the storage and the engine
+# deliver before any KV is put on them, and whether that is repeatable), **G3** the main gate (the candidate tier
+# against the baseline: TTFT reduction ≥ 25 % and a throughput gain), **G4** a 72-hour stability soak. A failed
+# gate stops the test. Here each gate is a pipeline stage: G1 runs before anything is measured (every
+# measurement needs its PASS), G2 and G3 judge what the run measured. Each writes a verdict record (JSON,
+# `workflow/schemas/gate.schema.yaml`); a FAIL stops the pipeline with the gate's failed lines, unless the
+# config says `gates.stop_on_fail: false`, when every page rendered after it says so at its top.
+# The lines are computed by `kvtier.gates` (`bom`, `g2`, `g3`); this page only shows the records.
+
+# %% tags=["parameters"]
+gates_dir = "../tests/fixtures/gates"  # a run's gate records (G1.json, G2.json, G3.json, platform.json)
+out_dir = ""  # evidence folder for gate_lines.csv; empty: write nothing
+
+# %%
+from pathlib import Path
+
+from IPython.display import Markdown, display
+
+from kvtier.gates import page
+
+records = page.load(gates_dir)
+
+# %% [markdown]
+# ## The gates, in order
+#
+# Links: G1's platform record is [R4](../R4/R4.html) when rendered; G2 reuses R1's fio rounds
+# ([R1](../R1/R1.html)) and the campaign's rounds ([R2_local](../R2_local/R2_local.html)), which G3 also judges.
+# G4, the soak (evidence R5), is not yet run by this pipeline.
+
+# %% tags=["nbval-check-output"]
+print(page.summary(records).to_string(index=False))
+
+# %%
+display(page.styled_verdicts(page.summary(records)))
+
+# %% [markdown]
+# ## G1 — arrival acceptance (evidence R6)
+#
+# The bill of materials (`gates.g1.expect`) against the platform record the pipeline took before measuring:
+# each line a field of the record, an operator and the expected value, with what was found. A field the record
+# leaves empty fails as "not recorded".
+
+# %% tags=["nbval-check-output"]
+print(f"G1 {records['G1']['verdict']}: platform record {records['G1']['inputs'][0]['path']}")
+print(page.g1_table(records["G1"]).to_string(index=False))
+
+# %%
+display(page.styled_verdicts(page.g1_table(records["G1"])))
+
+# %% [markdown]
+# ## G2 — single-node baseline (evidence R7)
+#
+# What each tier path delivers before any KV is put on it (fio, direct I/O, median over the repetitions; the pool
+# path's sequential reads are R1's fio rounds of the same run), then every baseline line: stable when the
+# repetitions' coefficient of variation is at most the bound, and over (a time: under) its floor when one is
+# configured. The engine lines are the campaign's recompute TTFT (every token prefilled) and its engine-hit TTFT
+# (the KV already in vLLM's prefix cache: the floor no storage tier can go under).
+
+# %% tags=["nbval-check-output"]
+if "G2" in records:
+    print(page.deliverable(records["G2"]).to_string(float_format=lambda v: f"{v:.4g}"))
+else:
+    print("G2 was not run (G1 did not pass)")
+
+# %%
+if "G2" in records:
+    display(page.styled_verdicts(page.g2_lines(records["G2"])))
+
+# %% [markdown]
+# ## G3 — the main gate
+#
+# TTFT p50 reduction and output tok/s gain of the candidate tier against the baseline, per concurrency, from the
+# per-round ratios of the campaign's interleaved rounds (median and interval: `kvtier.evidence.stats`). A line is
+# MET only when its whole interval clears the threshold; an UNDECIDED line is not a pass.
+
+# %% tags=["nbval-check-output"]
+if "G3" in records:
+    g3 = records["G3"]
+    print(f"G3 {g3['verdict']}: {g3['settings']['candidate']} against {g3['settings']['baseline']}")
+    print(page.g3_table(g3).to_string(index=False, float_format=lambda v: f"{v:.1f}"))
+else:
+    print("G3 was not run (G2 did not pass)")
+
+# %%
+if "G3" in records:
+    note = " ".join(records["G3"]["notes"])  # gates.g3.why
+    display(Markdown(f"**Why this comparison.** {note}" if note else ""))
+    display(page.styled_verdicts(page.g3_table(records["G3"])))
+
+# %% [markdown]
+# ## The records
+#
+# Each record names the files its verdict was computed from, with their sha256.
+
+# %%
+for gate, r in records.items():
+    print(f"{gate} {r['verdict']} checked {r['checked_at']} from:")
+    for source in r["inputs"]:
+        print(f"  {source['path']}  sha256 {source['sha256'][:16]}…")
+
+# %%
+if out_dir:
+    for path in page.write_evidence(records, out_dir):
+        print(f"wrote {Path(path).name}")

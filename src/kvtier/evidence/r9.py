@@ -1,0 +1,104 @@
+"""R9's page (notebooks/R9.py): model-weight load time per tier path, cold and warm, from an R9 run
+(kvtier.runs.r9's loads.jsonl).
+
+Figures are medians over the repetitions. Every comparison is paired by repetition and carries its interval and a
+word (kvtier.evidence.stats): the pool against local disk (per state, by vLLM's own loading-weights time), cold
+against warm (per path: what the storage adds to a load), and vLLM's load against the raw read of the same files
+(how far above the floor vLLM loads)."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from ..bench.runner import read_completed
+from ..core.errors import KvtierError
+from ..core.table_io import write_table
+from . import stats
+
+LOADS_FILE = "loads.jsonl"  # kvtier.runs.r9
+READINGS = ("loading_weights_s", "ready_s", "raw_read_s", "raw_read_gb_s")
+OUTPUT_FILES = {"table": "R9_table.csv", "comparisons": "R9_comparisons.csv"}
+
+
+@dataclass(frozen=True)
+class Loads:
+    run: dict
+    loads: pd.DataFrame  # one row per (rep, path, state)
+    table: pd.DataFrame  # medians per (path, state)
+    comparisons: pd.DataFrame
+
+
+def load(run_dir: str | os.PathLike) -> Loads:
+    run_dir = Path(run_dir)
+    run = read_completed(run_dir)
+    try:
+        rows = [json.loads(line) for line in (run_dir / LOADS_FILE).read_text().splitlines() if line.strip()]
+    except (OSError, ValueError) as exc:
+        raise KvtierError(f"{run_dir / LOADS_FILE}: not readable JSON lines ({exc})") from None
+    loads = pd.DataFrame(rows)
+    missing = {"rep", "path", "state", *READINGS} - set(loads.columns)
+    if loads.empty or missing:
+        raise KvtierError(f"{run_dir / LOADS_FILE}: no loads" + (f" (missing {sorted(missing)})" if missing else ""))
+    return Loads(run, loads, table(loads), comparisons(loads))
+
+
+def table(loads: pd.DataFrame) -> pd.DataFrame:
+    grouped = loads.groupby(["path", "state"], sort=False)
+    frame = grouped[list(READINGS)].median()
+    frame["repetitions"] = grouped.size()
+    frame["resident_before_mib"] = grouped["resident_before_bytes"].median() / 2**20
+    return frame.reset_index()
+
+
+def _by_rep(loads: pd.DataFrame, reading: str, **where) -> dict[int, float]:
+    chosen = loads
+    for key, value in where.items():
+        chosen = chosen[chosen[key] == value]
+    return dict(zip(chosen["rep"], chosen[reading]))
+
+
+def comparisons(loads: pd.DataFrame) -> pd.DataFrame:
+    """One row per comparison: what against what, the median ratio, its interval and its word (a ratio above 1:
+    the first is slower by that factor)."""
+    rows = []
+    paths, states = list(dict.fromkeys(loads["path"])), list(dict.fromkeys(loads["state"]))
+
+    def add(what: str, reading: str, mine: dict, theirs: dict) -> None:
+        if not stats.paired_ratios(mine, theirs):
+            return
+        figure = stats.ratio(mine, theirs)
+        rows.append({"comparison": what, "reading": reading, **figure.record(),
+                     "word": stats.word(figure) if figure.rounds > 1 else stats.ONE_ROUND})
+
+    if {"shared_pool", "local_disk"} <= set(paths):
+        for state in states:
+            for reading in ("loading_weights_s", "ready_s"):
+                add(f"shared_pool / local_disk, {state}", reading,
+                    _by_rep(loads, reading, path="shared_pool", state=state),
+                    _by_rep(loads, reading, path="local_disk", state=state))
+    if {"cold", "warm"} <= set(states):
+        for path in paths:
+            add(f"{path}: cold / warm", "loading_weights_s", _by_rep(loads, "loading_weights_s", path=path,
+                                                                    state="cold"),
+                _by_rep(loads, "loading_weights_s", path=path, state="warm"))
+    for path in paths:
+        for state in states:
+            add(f"{path}, {state}: vLLM's load / raw read", "loading_weights_s",
+                _by_rep(loads, "loading_weights_s", path=path, state=state),
+                _by_rep(loads, "raw_read_s", path=path, state=state))
+    frame = pd.DataFrame(rows)
+    if not frame.empty:
+        # here a ratio above 1 means the numerator took longer: its word is the reverse of a speed-up's
+        frame["word"] = frame["word"].replace({stats.FASTER: "longer", stats.SLOWER: "shorter"})
+    return frame
+
+
+def write_evidence(measured: Loads, out_dir: str | os.PathLike) -> list[Path]:
+    out_dir = Path(out_dir)
+    return [write_table(measured.table, out_dir / OUTPUT_FILES["table"]),
+            write_table(measured.comparisons, out_dir / OUTPUT_FILES["comparisons"])]

@@ -1,0 +1,164 @@
+"""The gates as pipeline stages, below Snakemake: verdict records (schema-checked), the proceed step that stops what
+comes after a FAIL, the page banner after a failed gate, G2's own storage passes with real fio, and the gate-g2 /
+gate-g3 commands on a real campaign's rounds (the campaign fixture)."""
+
+import json
+from pathlib import Path
+
+import pytest
+from test_render import make_notebook
+
+from kvtier.core.errors import KvtierError
+from kvtier.gates import g2, record
+from kvtier.runs.g2_storage import StorageSettings, run_storage
+
+from conftest import ROOT, run
+
+CAMPAIGN = Path(__file__).parent / "fixtures" / "campaign"
+
+
+def a_record(tmp_path, verdict="PASS", gate="G2", lines=None) -> Path:
+    source = tmp_path / "source.csv"
+    source.write_text("x\n1\n")
+    lines = lines or [{"name": "local_disk sequential read qd1", "verdict": "PASS"},
+                      {"name": "recompute TTFT p50 at concurrency 8", "verdict": verdict,
+                       "why": "unstable: cv 0.700 > 0.5" if verdict == "FAIL" else ""}]
+    path = tmp_path / f"{gate}.json"
+    record.write(path, record.make(gate, verdict, lines, [source], {"max_cv": 0.5}))
+    return path
+
+
+def test_a_record_round_trips_and_a_bad_one_is_refused_naming_what(tmp_path):
+    path = a_record(tmp_path)
+    read = record.read(path)
+    assert read["gate"] == "G2" and read["title"] == "G2 single-node baseline" and read["verdict"] == "PASS"
+    assert read["inputs"][0]["path"].endswith("source.csv") and len(read["inputs"][0]["sha256"]) == 64
+    broken = json.loads(path.read_text())
+    broken["verdict"] = "MAYBE"
+    path.write_text(json.dumps(broken))
+    with pytest.raises(KvtierError, match=r"G2.json: not a gate verdict record: 'MAYBE' is not one of .* at verdict"):
+        record.read(path)
+    path.write_text("{")
+    with pytest.raises(KvtierError, match="not a readable gate record"):
+        record.read(path)
+
+
+def test_proceed_writes_the_flag_on_pass_and_stops_on_fail_naming_gate_lines_and_record(tmp_path):
+    flag = tmp_path / "G2.proceed"
+    assert record.proceed(a_record(tmp_path), flag)["after_failed_gate"] is False and flag.is_file()
+    flag.unlink()
+    failed = a_record(tmp_path, "FAIL")
+    with pytest.raises(KvtierError) as stopped:
+        record.proceed(failed, flag)
+    message = str(stopped.value)
+    assert "G2 single-node baseline FAILED (1 of 2 lines)" in message
+    assert "recompute TTFT p50 at concurrency 8: FAIL (unstable: cv 0.700 > 0.5)" in message
+    assert str(failed) in message and "local_disk sequential read" not in message
+    assert not flag.exists()
+    # gates.stop_on_fail: false: the flag is written, marked
+    assert record.proceed(failed, flag, stop_on_fail=False)["after_failed_gate"] is True
+    assert json.loads(flag.read_text())["verdict"] == "FAIL"
+
+
+def test_gate_proceed_command_exits_non_zero_on_fail_and_prints_why(tmp_path):
+    failed = a_record(tmp_path, "FAIL")
+    proc = run(["kvtier", "gate-proceed", str(failed), "--flag", str(tmp_path / "f")], cwd=ROOT, check=False)
+    assert proc.returncode == 2 and "G2 single-node baseline FAILED" in proc.stderr
+    assert not (tmp_path / "f").exists()
+    go_on = run(["kvtier", "gate-proceed", str(failed), "--flag", str(tmp_path / "f"), "--continue-on-fail"], cwd=ROOT)
+    assert "after a failed gate" in go_on.stdout and (tmp_path / "f").is_file()
+
+
+def test_a_page_rendered_after_a_failed_gate_says_so_at_its_top(tmp_path):
+    from kvtier.evidence import render
+    nb = make_notebook(tmp_path / "X.ipynb", "print('figures')")
+    out = tmp_path / "evidence" / "X"
+    (tmp_path / "a").mkdir()
+    passed = a_record(tmp_path / "a")
+    failed = a_record(tmp_path, "FAIL", gate="G1", lines=[{"name": "cpu.usable_cpus", "verdict": "FAIL"}])
+    assert record.failed_gates([passed]) == []
+    page = render.render("X", nb, out, {"out_dir": str(out)}, [], cwd=tmp_path,
+                         after_failed_gates=record.failed_gates([passed, failed]))
+    html = page.read_text()
+    assert "Rendered after a failed gate" in html and "G1 arrival acceptance: FAIL" in html
+    assert html.index("Rendered after a failed gate") < html.index("figures")
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert [g["gate"] for g in manifest["after_failed_gates"]] == ["G1"]
+    clean = render.render("X", nb, tmp_path / "evidence" / "Y", {"out_dir": str(out)}, [], cwd=tmp_path)
+    assert "Rendered after a failed gate" not in clean.read_text()
+
+
+@pytest.fixture(scope="module")
+def storage(tmp_path_factory):
+    """A real G2 storage run: fio on two tier paths of this disk, 2 repetitions at one queue depth."""
+    base = tmp_path_factory.mktemp("g2")
+    settings = StorageSettings(paths={"local_disk": str(base / "ld"), "shared_pool": str(base / "sp")},
+                               read_paths=["local_disk"], queue_depths=[1], repetitions=2, size_mib=8, random_mib=2)
+    run_storage(settings, base / "storage")
+    return base / "storage"
+
+
+def test_g2_storage_measures_every_pass_on_every_path_and_cleans_up(storage):
+    records = [json.loads(line) for line in (storage / "storage.jsonl").read_text().splitlines()]
+    seen = sorted({(r["path"], r["rw"]) for r in records})
+    # the pool's sequential reads are R1's (read_paths), not taken twice
+    assert seen == [("local_disk", "randread"), ("local_disk", "read"), ("local_disk", "write"),
+                    ("shared_pool", "randread"), ("shared_pool", "write")]
+    assert len(records) == 2 * 5 and all(r["gb_per_s"] > 0 and r["iops"] > 0 for r in records)
+    assert json.loads((storage / "run.json").read_text())["status"] == "complete"
+    assert (storage / "probes" / "platform.json").is_file()
+    assert not list(storage.parent.glob("*/kvtier-g2-fio"))
+    with pytest.raises(KvtierError, match="already holds a run"):
+        run_storage(StorageSettings(paths={"local_disk": str(storage.parent / "ld")}), storage)
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"paths": {}}, "no tier path"),
+    ({"paths": {"a": "x"}, "read_paths": ["b"]}, "read_paths \\['b'\\] are not among"),
+    ({"paths": {"a": "x"}, "repetitions": 0}, "repetitions must be a positive integer"),
+    ({"paths": {"a": "x"}, "random_mib": 512}, "random_mib 512 exceeds size_mib 256"),
+])
+def test_bad_storage_settings_are_refused(settings, message):
+    with pytest.raises(KvtierError, match=message):
+        StorageSettings(**settings)
+
+
+def test_gate_g2_judges_storage_and_the_campaign_and_names_a_missed_floor(storage, tmp_path):
+    out = tmp_path / "G2.json"
+    argv = ["kvtier", "gate-g2", "--storage", str(storage), "--rounds", str(CAMPAIGN / "R2_rounds.csv"),
+            "--out", str(out)]
+    proc = run([*argv, "--settings", json.dumps({"max_cv": 100})], cwd=ROOT, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = record.read(out)
+    names = [line["name"] for line in result["lines"]]
+    assert "local_disk sequential write qd1" in names and "recompute TTFT p50 at concurrency 2" in names
+    assert "engine-hit TTFT p50 (the floor) at concurrency 4" in names
+    too_high = run([*argv, "--settings", json.dumps({"max_cv": 100, "floors": {"seq_write_gb_s": 1e6}})],
+                   cwd=ROOT, check=False)
+    assert too_high.returncode == 1
+    assert "FAIL  shared_pool sequential write qd1" in too_high.stdout and "under the floor 1e+06" in too_high.stdout
+    bad = run([*argv, "--settings", json.dumps({"floors": {"seq_speed": 1}})], cwd=ROOT, check=False)
+    assert bad.returncode == 2 and "unknown key 'seq_speed'" in bad.stderr
+
+
+def test_an_incomplete_storage_run_is_refused(storage, tmp_path):
+    copy = tmp_path / "storage"
+    copy.mkdir()
+    (copy / "run.json").write_text(json.dumps({"status": "incomplete", "error": "KeyboardInterrupt: signal 15"}))
+    with pytest.raises(KvtierError, match="run.json: the run is .incomplete., not complete .KeyboardInterrupt: signal 15"):
+        g2.load_storage(copy)
+
+
+def test_gate_g3_on_the_campaign_fixture_keeps_its_reason(tmp_path):
+    out = tmp_path / "G3.json"
+    proc = run(["kvtier", "gate-g3", "--rounds", str(CAMPAIGN / "R2_rounds.csv"), "--settings",
+                json.dumps({"candidate": "shared_pool", "baseline": "recompute", "ttft_reduction_min_pct": 25}),
+                "--why", "one disk under both pools", "--out", str(out)], cwd=ROOT, check=False)
+    result = record.read(out)
+    # 2 rounds (test preset): Student's t with 1 degree of freedom leaves the c2 reduction undecided
+    assert proc.returncode == 1 and result["verdict"] == "FAIL"
+    assert "UNDECIDED c2 TTFT p50 reduction % ≥ 25: 72.6 [4.4, 92.2]" in proc.stdout
+    assert result["notes"] == ["one disk under both pools"]
+    assert {line["name"] for line in result["lines"]} == {
+        "concurrency 2: TTFT p50 reduction %", "concurrency 2: output tok/s gain %",
+        "concurrency 4: TTFT p50 reduction %", "concurrency 4: output tok/s gain %"}

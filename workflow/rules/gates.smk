@@ -1,0 +1,222 @@
+# The gated joint test (kvtier.gates; on with the campaign, GATES_ON): G1 arrival acceptance before any measurement
+# (every measurement rule needs G1_FLAG), G2 single-node baseline and G3 main gate on what the run measured, then
+# their page. A gate is two rules: one writes its verdict record whatever it says; `gate_proceed` writes the flag
+# the next stage needs, or fails naming the gate, its failed lines and the record (Snakemake removes a failed job's
+# outputs, so the record must come from a job of its own to survive a FAIL).
+
+
+rule platform:
+    message:
+        "G1: the platform record (CPUs, memory, accelerators, the tier paths' mounts, versions, model hash)"
+    input:
+        # A generated model is made first; a model at `model.path` is probed where it is, and a missing one is
+        # recorded as missing (G1 names it) instead of stopping the run before G1 can say so.
+        model=MODEL_INPUT,
+        lmcache=[f"{LMCACHE_BUILD}/build.json"] if LMCACHE_BUILD else [],
+    output:
+        record=f"{GATES_DIR}/platform.json",
+    params:
+        argv=lambda wildcards, input, output: [
+            "--out", output.record,
+            *(["--model-dir", MODEL_DIR] if input.model or os.path.isfile(f"{MODEL_DIR}/config.json") else []),
+            "--path", f"local_disk={RUNS['local_disk_path']}", "--path", f"shared_pool={RUNS['shared_pool_path']}",
+            *(["--lmcache-build", os.path.dirname(input.lmcache[0])] if input.lmcache else []),
+        ],
+    log:
+        f"logs/gates/{RUNS['campaign']}/platform.log",
+    conda:
+        "../../environment.yml"
+    shell:
+        "kvtier probe {params.argv:q} > {log:q} 2>&1"
+
+
+rule gate_g1:
+    message:
+        "G1 arrival acceptance: {input.platform} against gates.g1.expect ({params.lines} lines)"
+    input:
+        platform=rules.platform.output.record,
+    output:
+        record=f"{GATES_DIR}/G1.json",
+    params:
+        lines=len(GATES["g1"]["expect"]),
+        # A function, so that braces in a line's value (a regular expression) are not read as wildcards.
+        expect=lambda wildcards: json.dumps(GATES["g1"]["expect"]),
+    log:
+        f"logs/gates/{RUNS['campaign']}/G1.log",
+    conda:
+        "../../environment.yml"
+    # The record is written on FAIL too; gate_proceed decides what happens next.
+    shell:
+        "kvtier gate-g1 --record {input.platform:q} --expect {params.expect:q} --out {output.record:q} > {log:q} 2>&1"
+        " || test -s {output.record:q}"
+
+
+rule g2_storage:
+    message:
+        "G2 storage baseline: fio write, read and 4 KiB random read on every tier path, "
+        "{params.repetitions} repetitions, into {output.run}"
+    input:
+        gate=[ancient(flag) for flag in G1_FLAG],
+    output:
+        run=directory(G2_STORAGE_DIR),
+    params:
+        repetitions=GATES["g2"]["repetitions"],
+        settings=G2_STORAGE_SETTINGS,
+    resources:
+        measurement=1,
+    log:
+        f"logs/gates/{RUNS['campaign']}/G2_storage.log",
+    conda:
+        "../../environment.yml"
+    shell:
+        "kvtier g2-storage --run-dir {output.run:q} --settings {params.settings:q} > {log:q} 2>&1"
+
+
+rule gate_g2:
+    message:
+        "G2 single-node baseline: storage passes and baseline TTFT stable and over their floors"
+    input:
+        gate=[ancient(flag) for flag in G1_FLAG],
+        storage=rules.g2_storage.output.run,
+        r1_reads=[f"{R1_DIR}/reads"] if R1["enabled"] else [],
+        rounds=rules.campaign.output.rounds,
+    output:
+        record=f"{GATES_DIR}/G2.json",
+    params:
+        argv=lambda wildcards, input, output: [
+            "--storage", input.storage, "--rounds", input.rounds, "--settings", G2_SETTINGS, "--out", output.record,
+            *(["--r1-reads", input.r1_reads[0]] if input.r1_reads else []),
+        ],
+    log:
+        f"logs/gates/{RUNS['campaign']}/G2.log",
+    conda:
+        "../../environment.yml"
+    shell:
+        "kvtier gate-g2 {params.argv:q} > {log:q} 2>&1 || test -s {output.record:q}"
+
+
+rule gate_g3:
+    message:
+        "G3 main gate: {params.candidate} against {params.baseline} over the campaign's rounds"
+    input:
+        gate=f"{GATES_DIR}/G2.proceed",
+        rounds=rules.campaign.output.rounds,
+    output:
+        record=f"{GATES_DIR}/G3.json",
+    params:
+        candidate=GATES["g3"]["candidate"],
+        baseline=GATES["g3"]["baseline"],
+        settings=lambda wildcards: G3_SETTINGS,
+        why=lambda wildcards: GATES["g3"]["why"],
+    log:
+        f"logs/gates/{RUNS['campaign']}/G3.log",
+    conda:
+        "../../environment.yml"
+    shell:
+        "kvtier gate-g3 --rounds {input.rounds:q} --settings {params.settings:q} --why {params.why:q}"
+        " --out {output.record:q} > {log:q} 2>&1 || test -s {output.record:q}"
+
+
+rule gate_proceed:
+    message:
+        "{wildcards.gate}: may what comes after it start? ({input.record})"
+    input:
+        record=f"{GATES_DIR}/{{gate}}.json",
+    output:
+        flag=f"{GATES_DIR}/{{gate}}.proceed",
+    wildcard_constraints:
+        gate="G[1-4]",
+    params:
+        go_on=[] if GATES["stop_on_fail"] else ["--continue-on-fail"],
+    log:
+        f"logs/gates/{RUNS['campaign']}/{{gate}}.proceed.log",
+    conda:
+        "../../environment.yml"
+    # The message goes to the terminal as well as the log: it is what the user reads when a run stops (the
+    # pipeline's exit status is kvtier's: Snakemake runs its shell commands with pipefail).
+    shell:
+        "kvtier gate-proceed {input.record:q} --flag {output.flag:q} {params.go_on:q} 2>&1 | tee {log:q}"
+
+
+rule render_gates:
+    message:
+        "Gates: G1 to G3 verdicts with their figures and records"
+    input:
+        notebook="notebooks/gates.ipynb",
+        g1=rules.gate_g1.output.record,
+        g2=rules.gate_g2.output.record,
+        g3=rules.gate_g3.output.record,
+        platform=rules.platform.output.record,
+    output:
+        html=f"{EVIDENCE}/gates/gates.html",
+        executed=f"{EVIDENCE}/gates/gates.ipynb",
+        lines=f"{EVIDENCE}/gates/gate_lines.csv",
+        manifest=f"{EVIDENCE}/gates/manifest.json",
+    params:
+        argv=lambda wildcards, input, output: render_args(
+            "gates", input.notebook, os.path.dirname(output.html),
+            {"gates_dir": os.path.dirname(input.g1)},
+            input[1:], **RENDER_OPTIONS,
+        ),
+    resources:
+        measurement=1,
+    log:
+        "logs/render_gates.log",
+    conda:
+        "../../environment.yml"
+    shell:
+        "kvtier render {params.argv:q} > {log:q} 2>&1"
+
+
+rule render_R6:
+    message:
+        "R6: G1 arrival acceptance, the platform against its bill of materials"
+    input:
+        notebook="notebooks/R6.ipynb",
+        g1=rules.gate_g1.output.record,
+        platform=rules.platform.output.record,
+    output:
+        html=f"{EVIDENCE}/R6/R6.html",
+        executed=f"{EVIDENCE}/R6/R6.ipynb",
+        lines=f"{EVIDENCE}/R6/R6_lines.csv",
+        manifest=f"{EVIDENCE}/R6/manifest.json",
+    params:
+        argv=lambda wildcards, input, output: render_args(
+            "R6", input.notebook, os.path.dirname(output.html), {"gates_dir": os.path.dirname(input.g1)},
+            input[1:], **RENDER_OPTIONS,
+        ),
+    resources:
+        measurement=1,
+    log:
+        "logs/render_R6.log",
+    conda:
+        "../../environment.yml"
+    shell:
+        "kvtier render {params.argv:q} > {log:q} 2>&1"
+
+
+rule render_R7:
+    message:
+        "R7: G2 single-node baseline, what each tier path and the engine deliver"
+    input:
+        notebook="notebooks/R7.ipynb",
+        g2=rules.gate_g2.output.record,
+        g1=rules.gate_g1.output.record,
+    output:
+        html=f"{EVIDENCE}/R7/R7.html",
+        executed=f"{EVIDENCE}/R7/R7.ipynb",
+        deliverable=f"{EVIDENCE}/R7/R7_deliverable.csv",
+        manifest=f"{EVIDENCE}/R7/manifest.json",
+    params:
+        argv=lambda wildcards, input, output: render_args(
+            "R7", input.notebook, os.path.dirname(output.html), {"gates_dir": os.path.dirname(input.g2)},
+            [input.g2], gates=[input.g1], **RENDER_OPTIONS,
+        ),
+    resources:
+        measurement=1,
+    log:
+        "logs/render_R7.log",
+    conda:
+        "../../environment.yml"
+    shell:
+        "kvtier render {params.argv:q} > {log:q} 2>&1"
