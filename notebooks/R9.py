@@ -25,15 +25,16 @@
 # %% tags=["parameters"]
 r9_dir = "../tests/fixtures/r9"  # an R9 run (loads.jsonl, run.json)
 claims = "../raw_data/published/claims.yaml"  # the claims ledger (document 000's R9 figure)
-out_dir = ""  # evidence folder for the tables; empty: write nothing
+out_dir = ""  # evidence folder for the tables and chart; empty: write nothing
+chart_png_scale = 2.0
 
 # %%
 from pathlib import Path
 
-from IPython.display import Markdown, display
+from IPython.display import SVG, Markdown, display
 
 from kvtier.audit import ledger
-from kvtier.evidence import r9
+from kvtier.evidence import charts, r9
 
 measured = r9.load(r9_dir)
 settings = measured.run["settings"]
@@ -55,6 +56,9 @@ print(f"weights: {measured.run['weights_bytes'] / 2**20:.1f} MiB, dtype {setting
 
 # %% tags=["nbval-check-output"]
 print(measured.table.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+
+# %%
+display(SVG(charts.to_svg(r9.chart(measured))))
 
 # %% [markdown]
 # ## Comparisons
@@ -80,5 +84,5 @@ display(Markdown(f"> {claim.quote}\n\nClaimed: {claim.claimed[0]}–{claim.claim
 
 # %%
 if out_dir:
-    for path in r9.write_evidence(measured, out_dir):
+    for path in r9.write_evidence(measured, out_dir, png_scale=chart_png_scale):
         print(f"wrote {Path(path).name}")

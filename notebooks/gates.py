@@ -40,9 +40,10 @@ records = page.load(gates_dir)
 # %% [markdown]
 # ## The gates, in order
 #
-# Links: G1's platform record is [R4](../R4/R4.html) when rendered; G2 reuses R1's fio rounds
-# ([R1](../R1/R1.html)) and the campaign's rounds ([R2_local](../R2_local/R2_local.html)), which G3 also judges.
-# G4, the soak (evidence R5), is not yet run by this pipeline.
+# Each gate's own page: G1 is [R6](../R6/R6.html) (its platform record, beside every run's, is
+# [R4](../R4/R4.html)); G2 is [R7](../R7/R7.html), which reuses R1's fio rounds ([R1](../R1/R1.html)) and the
+# campaign's rounds ([R2_local](../R2_local/R2_local.html)), which G3 judges too. G4, the soak (evidence R5), is
+# not yet run by this pipeline: its place is kept here.
 
 # %% tags=["nbval-check-output"]
 print(page.summary(records).to_string(index=False))
@@ -59,7 +60,7 @@ display(page.styled_verdicts(page.summary(records)))
 
 # %% tags=["nbval-check-output"]
 print(f"G1 {records['G1']['verdict']}: platform record {records['G1']['inputs'][0]['path']}")
-print(page.g1_table(records["G1"]).to_string(index=False))
+print(page.g1_table(records["G1"]).drop(columns="why").to_string(index=False))
 
 # %%
 display(page.styled_verdicts(page.g1_table(records["G1"])))

@@ -109,3 +109,10 @@ def test_r9_takes_vllms_own_figure_from_the_part_of_the_log_this_start_wrote(tmp
     with log.open("a") as f:
         f.write("(Worker pid=2) INFO [default_loader.py:501] Loading weights took 1.25 seconds\n")
     assert r9_run.loading_weights_s(log, offset) == 1.25
+
+
+def test_r9_page_files_from_the_fixture_run(tmp_path):
+    measured = r9.load(FIXTURES / "r9")
+    written = r9.write_evidence(measured, tmp_path, png_scale=1)
+    assert sorted(p.name for p in written) == ["R9_chart.png", "R9_chart.svg", "R9_comparisons.csv", "R9_table.csv"]
+    assert "vLLM loading weights" in (tmp_path / "R9_chart.svg").read_text()

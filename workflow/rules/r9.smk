@@ -57,11 +57,12 @@ rule render_R9:
         executed=f"{EVIDENCE}/R9/R9.ipynb",
         table=f"{EVIDENCE}/R9/R9_table.csv",
         comparisons=f"{EVIDENCE}/R9/R9_comparisons.csv",
+        chart=f"{EVIDENCE}/R9/R9_chart.svg",
         manifest=f"{EVIDENCE}/R9/manifest.json",
     params:
         argv=lambda wildcards, input, output: render_args(
             "R9", input.notebook, os.path.dirname(output.html),
-            {"r9_dir": input.loads, "claims": input.claims},
+            {"r9_dir": input.loads, "claims": input.claims, "chart_png_scale": RENDER["chart_png_scale"]},
             [f"{input.loads}/loads.jsonl", f"{input.loads}/run.json", input.claims], gates=input.gate,
             **RENDER_OPTIONS,
         ),

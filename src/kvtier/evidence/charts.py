@@ -80,3 +80,25 @@ def r1_chart(coldread: pd.DataFrame, fio: pd.DataFrame) -> alt.LayerChart:
                  alt.Tooltip("high:Q", format=".3f")])
     whiskers = base.mark_rule().encode(x=x, xOffset=offset, y="low:Q", y2="high:Q")
     return (bars + whiskers).properties(width=460, height=240).configure_axis(labelFontSize=11, titleFontSize=12)
+
+
+def r9_chart(loads: pd.DataFrame) -> alt.LayerChart:
+    """R9: vLLM's loading-weights time per tier path, cold and warm, beside the raw read of the same files (median
+    bars, min-max whiskers over the repetitions)."""
+    rows = []
+    for (path, state), group in loads.groupby(["path", "state"], sort=False):
+        for reading, label in (("loading_weights_s", "vLLM loading weights"), ("raw_read_s", "raw read (floor)")):
+            rows.append({"case": f"{path}, {state}", "what": label, "median": group[reading].median(),
+                         "low": group[reading].min(), "high": group[reading].max()})
+    frame = pd.DataFrame(rows)
+    whats = ["vLLM loading weights", "raw read (floor)"]
+    base = alt.Chart(frame, title="R9 (measured here): model-weight load per tier path, cold and warm")
+    x = alt.X("case:N", title=None, sort=list(dict.fromkeys(frame["case"])), axis=alt.Axis(labelAngle=0))
+    offset = alt.XOffset("what:N", sort=whats)
+    bars = base.mark_bar().encode(
+        x=x, xOffset=offset, y=alt.Y("median:Q", title="seconds (median over repetitions)", scale=alt.Scale(zero=True)),
+        color=alt.Color("what:N", sort=whats, title=None, legend=alt.Legend(orient="bottom")),
+        tooltip=["case", "what", alt.Tooltip("median:Q", format=".3f"), alt.Tooltip("low:Q", format=".3f"),
+                 alt.Tooltip("high:Q", format=".3f")])
+    whiskers = base.mark_rule().encode(x=x, xOffset=offset, y="low:Q", y2="high:Q")
+    return (bars + whiskers).properties(width=460, height=240).configure_axis(labelFontSize=11, titleFontSize=12)

@@ -22,7 +22,7 @@ from . import stats
 
 LOADS_FILE = "loads.jsonl"  # kvtier.runs.r9
 READINGS = ("loading_weights_s", "ready_s", "raw_read_s", "raw_read_gb_s")
-OUTPUT_FILES = {"table": "R9_table.csv", "comparisons": "R9_comparisons.csv"}
+OUTPUT_FILES = {"table": "R9_table.csv", "comparisons": "R9_comparisons.csv", "chart": "R9_chart"}
 
 
 @dataclass(frozen=True)
@@ -98,7 +98,14 @@ def comparisons(loads: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
-def write_evidence(measured: Loads, out_dir: str | os.PathLike) -> list[Path]:
+def chart(measured: Loads):
+    from .charts import r9_chart
+    return r9_chart(measured.loads)
+
+
+def write_evidence(measured: Loads, out_dir: str | os.PathLike, png_scale: float = 2.0) -> list[Path]:
+    from .charts import save_chart
     out_dir = Path(out_dir)
     return [write_table(measured.table, out_dir / OUTPUT_FILES["table"]),
-            write_table(measured.comparisons, out_dir / OUTPUT_FILES["comparisons"])]
+            write_table(measured.comparisons, out_dir / OUTPUT_FILES["comparisons"]),
+            *save_chart(chart(measured), out_dir / OUTPUT_FILES["chart"], png_scale)]
