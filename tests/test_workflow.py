@@ -133,6 +133,7 @@ def test_fresh_copy_dry_run_and_lint_are_clean(project_copy):
     ({"render": {"chart_png_scale": 9}}, "'render.chart_png_scale' = 9"),
     ({"gates": {"g1": {"expect": [{"field": "cpu.usable_cpu", "op": "at_least", "value": 2}]}}},
      "gates.g1.expect[0]: field 'cpu.usable_cpu' is not in the platform record"),
+    ({"runs": {"tiers": ["recompute", "engine"]}}, "gates.g3.candidate 'shared_pool' is not a tier of runs.tiers"),
 ])
 def test_bad_config_stops_the_run_before_anything_is_written(project_copy, bad, named):
     (project_copy / "bad.yaml").write_text(yaml.safe_dump(bad))
@@ -160,8 +161,9 @@ def test_changing_the_ledger_rerenders_only_the_pages_that_read_it(built, tmp_pa
     shutil.copytree(built, project, symlinks=True)
     claims = project / "raw_data" / "published" / "claims.yaml"
     claims.write_text(claims.read_text().replace("claimed: 192\n", "claimed: 193\n"))
-    # The audit, R1, which shows the published R1 claims as context, and B, which shows document 000's.
-    assert jobs_of_dry_run(project) == {"render_audit": 1, "render_R1": 1, "render_B": 1, "index": 1, "all": 1}
+    # The audit, R1, which shows the published R1 claims as context, B and R9, which show document 000's.
+    assert jobs_of_dry_run(project) == {"render_audit": 1, "render_R1": 1, "render_B": 1, "render_R9": 1, "index": 1,
+                                        "all": 1}
 
 
 def test_audit_can_be_switched_off(project_copy):
@@ -349,8 +351,8 @@ def test_the_gates_ran_in_order_before_what_they_gate_and_their_page_shows_every
     for gate, r in records.items():
         assert f"{r['title']}" in html and f"{gate} {r['verdict']}" in html
     assert "local_disk" in html and "sequential write" in html and "folders of one disk" in html
-    pd.testing.assert_frame_equal(read_table(built / "evidence" / "gates" / page.LINES_FILE),
-                                  page.all_lines(records).reset_index(drop=True), check_dtype=False)
+    rendered = read_table(built / "evidence" / "gates" / page.LINES_FILE).astype({"figure": str})
+    pd.testing.assert_frame_equal(rendered, page.all_lines(records).reset_index(drop=True), check_dtype=False)
     index = (built / "evidence" / "index.html").read_text()
     assert all(f'href="{page}"' in index for page in ("gates/gates.html", "R6/R6.html", "R7/R7.html"))
     r6 = read_table(built / "evidence" / "R6" / "R6_lines.csv")
@@ -449,3 +451,22 @@ def test_a_failed_G2_or_G3_stops_what_comes_after_it(built, tmp_path, gate, sett
     assert not [line for line in out.splitlines() if any(f"(Rule: {m}" in line for m in MEASUREMENTS)]
     if gate == "G2":
         assert later.stat().st_mtime_ns == before, "G3 ran after a failed G2"
+
+
+def test_with_stop_on_fail_false_a_page_rendered_after_a_failed_G1_says_so(built, tmp_path):
+    project = tmp_path / "kvtier"
+    shutil.copytree(built, project, symlinks=True)
+    (project / "go_on.yaml").write_text(yaml.safe_dump({"gates": {"stop_on_fail": False, "g1": {"expect": [
+        {"field": "cpu.usable_cpus", "op": "at_least", "value": 4096, "why": "a machine this one is not"}]}}}))
+    page = project / "evidence" / "R2_local" / "R2_local.html"
+    proc = run(["snakemake", "--cores", "2", *PRESET, "go_on.yaml", "--", str(page.relative_to(project))],
+               cwd=project)
+    out = proc.stdout + proc.stderr
+    # G1 was re-checked and failed; the page was re-rendered with the banner; nothing was measured again.
+    assert "G1 FAIL: later stages run after a failed gate" in out
+    assert not [line for line in out.splitlines() if any(f"(Rule: {m}" in line for m in MEASUREMENTS)]
+    html = page.read_text()
+    assert "Rendered after a failed gate" in html and "G1 arrival acceptance: FAIL" in html
+    assert "cpu.usable_cpus: FAIL (a machine this one is not)" in html
+    manifest = json.loads((page.parent / "manifest.json").read_text())
+    assert [g["gate"] for g in manifest["after_failed_gates"]] == ["G1"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 from pathlib import Path
@@ -309,7 +310,8 @@ def _cmd_gate_g3(args) -> int:
 
 def _cmd_gate_proceed(args) -> None:
     from .gates import record
-    flag = record.proceed(args.record, args.flag, stop_on_fail=not args.continue_on_fail)
+    stop = not args.continue_on_fail and os.environ.get("KVTIER_STOP_ON_FAIL", "true") != "false"
+    flag = record.proceed(args.record, args.flag, stop_on_fail=stop)
     print(f"{flag['gate']} {flag['verdict']}" + (": later stages run after a failed gate (gates.stop_on_fail is "
                                                  "false)" if flag["after_failed_gate"] else ": later stages run"))
 
@@ -574,7 +576,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("record", help="a gate's verdict record")
     p.add_argument("--flag", required=True, help="the flag file the next stages need")
     p.add_argument("--continue-on-fail", action="store_true", help="write the flag after a FAIL too, marked so "
-                   "(gates.stop_on_fail: false)")
+                   "(gates.stop_on_fail: false; the pipeline sets KVTIER_STOP_ON_FAIL=false instead)")
     p.set_defaults(func=_cmd_gate_proceed)
 
     p = sub.add_parser("notebook-sync", help="regenerate NOTEBOOK.ipynb from its jupytext NOTEBOOK.py and "

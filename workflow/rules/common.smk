@@ -101,15 +101,21 @@ GATES_DIR = f"{CAMPAIGN_DIR}/gates"
 # after editing the bill, does not by itself re-measure anything).
 G1_FLAG = [f"{GATES_DIR}/G1.proceed"] if GATES_ON else []
 G1_RECORD = [f"{GATES_DIR}/G1.json"] if GATES_ON else []
+# Whether a failed gate stops the run reaches `kvtier gate-proceed` through the environment, not as a param or in
+# the command: Snakemake would rewrite G1's flag when it changes, and it does not look again at the jobs
+# downstream of a job it reruns (they take the flag as `ancient`), so a setting changed with it would go unseen.
+os.environ["KVTIER_STOP_ON_FAIL"] = "true" if GATES["stop_on_fail"] else "false"
 if GATES_ON:
     try:
         for _key in ("candidate", "baseline"):
             if GATES["g3"][_key] not in RUNS["tiers"]:
                 raise KvtierError(f"{_config_source}: gates.g3.{_key} {GATES['g3'][_key]!r} is not a tier of "
-                                  f"runs.tiers ({', '.join(RUNS['tiers'])})")
+                                  f"runs.tiers ({', '.join(RUNS['tiers'])}): G3 compares two measured tiers; set "
+                                  "gates.g3.candidate and baseline to tiers this run measures, or gates.enabled: false")
         kvtier_g3.G3Settings(**{k: v for k, v in GATES["g3"].items() if k != "why"}).check()
     except KvtierError as exc:
         sys.exit(f"kvtier: {exc}")
+
 G2_STORAGE_DIR = f"{CAMPAIGN_DIR}/G2/storage"
 # G2's own storage passes: every tier path; R1's fio rounds already read the pool path sequentially.
 G2_STORAGE_SETTINGS = json.dumps({"paths": {"local_disk": RUNS["local_disk_path"],

@@ -84,15 +84,16 @@ rule gate_g2:
         record=f"{GATES_DIR}/G2.json",
     params:
         argv=lambda wildcards, input, output: [
-            "--storage", input.storage, "--rounds", input.rounds, "--settings", G2_SETTINGS, "--out", output.record,
+            "--storage", input.storage, "--rounds", input.rounds, "--out", output.record,
             *(["--r1-reads", input.r1_reads[0]] if input.r1_reads else []),
         ],
+        settings=G2_SETTINGS,
     log:
         f"logs/gates/{RUNS['campaign']}/G2.log",
     conda:
         "../../environment.yml"
     shell:
-        "kvtier gate-g2 {params.argv:q} > {log:q} 2>&1 || test -s {output.record:q}"
+        "kvtier gate-g2 {params.argv:q} --settings {params.settings:q} > {log:q} 2>&1 || test -s {output.record:q}"
 
 
 rule gate_g3:
@@ -106,8 +107,8 @@ rule gate_g3:
     params:
         candidate=GATES["g3"]["candidate"],
         baseline=GATES["g3"]["baseline"],
-        settings=lambda wildcards: G3_SETTINGS,
-        why=lambda wildcards: GATES["g3"]["why"],
+        settings=G3_SETTINGS,
+        why=lambda wildcards: GATES["g3"]["why"],  # free text: a function, so that braces are not wildcards
     log:
         f"logs/gates/{RUNS['campaign']}/G3.log",
     conda:
@@ -126,8 +127,6 @@ rule gate_proceed:
         flag=f"{GATES_DIR}/{{gate}}.proceed",
     wildcard_constraints:
         gate="G[1-4]",
-    params:
-        go_on=[] if GATES["stop_on_fail"] else ["--continue-on-fail"],
     log:
         f"logs/gates/{RUNS['campaign']}/{{gate}}.proceed.log",
     conda:
@@ -135,7 +134,7 @@ rule gate_proceed:
     # The message goes to the terminal as well as the log: it is what the user reads when a run stops (the
     # pipeline's exit status is kvtier's: Snakemake runs its shell commands with pipefail).
     shell:
-        "kvtier gate-proceed {input.record:q} --flag {output.flag:q} {params.go_on:q} 2>&1 | tee {log:q}"
+        "kvtier gate-proceed {input.record:q} --flag {output.flag:q} 2>&1 | tee {log:q}"
 
 
 rule render_gates:

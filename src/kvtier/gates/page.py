@@ -83,8 +83,8 @@ def all_lines(records: dict[str, dict]) -> pd.DataFrame:
     for gate, r in records.items():
         for line in r["lines"]:
             figure = line.get("median", line.get("point_pct", line.get("found")))
-            rows.append({"gate": gate, "line": line["name"], "verdict": line["verdict"],
-                         "figure": _shown(figure) if gate == "G1" else figure,
+            # as text: G1's values are text, numbers and lists; the others' numbers are printed as Python does
+            rows.append({"gate": gate, "line": line["name"], "verdict": line["verdict"], "figure": _shown(figure),
                          "unit": line.get("unit", "%" if gate == "G3" else "")})
     return pd.DataFrame(rows)
 
