@@ -65,7 +65,7 @@ def test_gate_proceed_command_exits_non_zero_on_fail_and_prints_why(tmp_path):
     proc = run(["kvtier", "gate-proceed", str(failed), "--flag", str(tmp_path / "f")], cwd=ROOT, check=False)
     assert proc.returncode == 2 and "G2 single-node baseline FAILED" in proc.stderr
     assert not (tmp_path / "f").exists()
-    go_on = run(["kvtier", "gate-proceed", str(failed), "--flag", str(tmp_path / "f"), "--continue-on-fail"], cwd=ROOT)
+    go_on = run(["kvtier", "gate-proceed", str(failed), "--flag", str(tmp_path / "f"), "--stop-on-fail", "0"], cwd=ROOT)
     assert "after a failed gate" in go_on.stdout and (tmp_path / "f").is_file()
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
 import sys
 from pathlib import Path
@@ -310,8 +309,7 @@ def _cmd_gate_g3(args) -> int:
 
 def _cmd_gate_proceed(args) -> None:
     from .gates import record
-    stop = not args.continue_on_fail and os.environ.get("KVTIER_STOP_ON_FAIL", "true") != "false"
-    flag = record.proceed(args.record, args.flag, stop_on_fail=stop)
+    flag = record.proceed(args.record, args.flag, stop_on_fail=bool(args.stop_on_fail))
     print(f"{flag['gate']} {flag['verdict']}" + (": later stages run after a failed gate (gates.stop_on_fail is "
                                                  "false)" if flag["after_failed_gate"] else ": later stages run"))
 
@@ -572,11 +570,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_gate_g3)
 
     p = sub.add_parser("gate-proceed", help="let what comes after a gate start: write FLAG when RECORD passed; "
-                       "on FAIL exit non-zero naming the failed lines (unless --continue-on-fail)")
+                       "on FAIL exit non-zero naming the failed lines (unless --stop-on-fail 0)")
     p.add_argument("record", help="a gate's verdict record")
     p.add_argument("--flag", required=True, help="the flag file the next stages need")
-    p.add_argument("--continue-on-fail", action="store_true", help="write the flag after a FAIL too, marked so "
-                   "(gates.stop_on_fail: false; the pipeline sets KVTIER_STOP_ON_FAIL=false instead)")
+    p.add_argument("--stop-on-fail", type=int, choices=(0, 1), default=1, help="1: a FAIL stops (exit 2, no "
+                   "flag); 0: the flag is written after a FAIL too, marked so (gates.stop_on_fail: false)")
     p.set_defaults(func=_cmd_gate_proceed)
 
     p = sub.add_parser("notebook-sync", help="regenerate NOTEBOOK.ipynb from its jupytext NOTEBOOK.py and "

@@ -101,10 +101,6 @@ GATES_DIR = f"{CAMPAIGN_DIR}/gates"
 # after editing the bill, does not by itself re-measure anything).
 G1_FLAG = [f"{GATES_DIR}/G1.proceed"] if GATES_ON else []
 G1_RECORD = [f"{GATES_DIR}/G1.json"] if GATES_ON else []
-# Whether a failed gate stops the run reaches `kvtier gate-proceed` through the environment, not as a param or in
-# the command: Snakemake would rewrite G1's flag when it changes, and it does not look again at the jobs
-# downstream of a job it reruns (they take the flag as `ancient`), so a setting changed with it would go unseen.
-os.environ["KVTIER_STOP_ON_FAIL"] = "true" if GATES["stop_on_fail"] else "false"
 if GATES_ON:
     try:
         for _key in ("candidate", "baseline"):

@@ -127,6 +127,12 @@ rule gate_proceed:
         flag=f"{GATES_DIR}/{{gate}}.proceed",
     wildcard_constraints:
         gate="G[1-4]",
+    resources:
+        # Whether a FAIL stops the run: a resource, not a param, because Snakemake reruns a job whose params changed
+        # but not one whose resources did. Switching gates.stop_on_fail must not rewrite G1's flag: Snakemake does
+        # not look again at the jobs downstream of a job it reruns (they take the flag as `ancient`), so a G2 or
+        # G3 setting changed in the same run would go unseen.
+        stop_on_fail=int(GATES["stop_on_fail"]),
     log:
         f"logs/gates/{RUNS['campaign']}/{{gate}}.proceed.log",
     conda:
@@ -134,7 +140,8 @@ rule gate_proceed:
     # The message goes to the terminal as well as the log: it is what the user reads when a run stops (the
     # pipeline's exit status is kvtier's: Snakemake runs its shell commands with pipefail).
     shell:
-        "kvtier gate-proceed {input.record:q} --flag {output.flag:q} 2>&1 | tee {log:q}"
+        "kvtier gate-proceed {input.record:q} --flag {output.flag:q} --stop-on-fail {resources.stop_on_fail}"
+        " 2>&1 | tee {log:q}"
 
 
 rule render_gates:
