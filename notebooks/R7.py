@@ -51,7 +51,7 @@ else:
 
 # %% tags=["nbval-check-output"]
 if g2 is not None:
-    print(page.deliverable(g2).to_string(float_format=lambda v: f"{v:.4g}"))
+    print(page.deliverable(g2).to_string(float_format=lambda v: f"{v:.4g}", na_rep=""))
 
 # %% [markdown]
 # ## Every baseline line

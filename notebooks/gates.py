@@ -76,7 +76,7 @@ display(page.styled_verdicts(page.g1_table(records["G1"])))
 
 # %% tags=["nbval-check-output"]
 if "G2" in records:
-    print(page.deliverable(records["G2"]).to_string(float_format=lambda v: f"{v:.4g}"))
+    print(page.deliverable(records["G2"]).to_string(float_format=lambda v: f"{v:.4g}", na_rep=""))
 else:
     print("G2 was not run (G1 did not pass)")
 
