@@ -158,11 +158,12 @@ def text(rows: list[dict]) -> str:
     lines = [f"G1 arrival acceptance: {verdict(rows)} ({sum(r['verdict'] == PASS for r in rows)} of {len(rows)} "
              "lines pass)"]
     for r in rows:
-        found = r["note"] or _shown(r["found"])
-        lines.append(f"  {r['verdict']}  {r['field']} {r['op']} {_shown(r['expected'])}: found {found}"
+        found = r["note"] or shown(r["found"])
+        lines.append(f"  {r['verdict']}  {r['field']} {r['op']} {shown(r['expected'])}: found {found}"
                      + (f"  ({r['why']})" if r["why"] else ""))
     return "\n".join(lines)
 
 
-def _shown(value: Any) -> str:
+def shown(value: Any) -> str:
+    """A value as a page or a message prints it: text as is, anything else as Python writes it."""
     return value if isinstance(value, str) else repr(value)

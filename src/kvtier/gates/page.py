@@ -10,7 +10,9 @@ import pandas as pd
 
 from ..core.errors import KvtierError
 from ..core.table_io import write_table
+from ..evidence import stats
 from . import record
+from .bom import FAIL, PASS, shown
 from .g2 import STORAGE
 
 ORDER = ("G1", "G2", "G3", "G4")
@@ -42,8 +44,8 @@ def summary(records: dict[str, dict]) -> pd.DataFrame:
 
 
 def g1_table(g1: dict) -> pd.DataFrame:
-    return pd.DataFrame([{"field": r["field"], "expected": f"{r['op']} {_shown(r['expected'])}",
-                          "found": r["note"] or _shown(r["found"]), "verdict": r["verdict"], "why": r["why"]}
+    return pd.DataFrame([{"field": r["field"], "expected": f"{r['op']} {shown(r['expected'])}",
+                          "found": r["note"] or shown(r["found"]), "verdict": r["verdict"], "why": r["why"]}
                          for r in g1["lines"]])
 
 
@@ -84,7 +86,7 @@ def all_lines(records: dict[str, dict]) -> pd.DataFrame:
         for line in r["lines"]:
             figure = line.get("median", line.get("point_pct", line.get("found")))
             # as text: G1's values are text, numbers and lists; the others' numbers are printed as Python does
-            rows.append({"gate": gate, "line": line["name"], "verdict": line["verdict"], "figure": _shown(figure),
+            rows.append({"gate": gate, "line": line["name"], "verdict": line["verdict"], "figure": shown(figure),
                          "unit": line.get("unit", "%" if gate == "G3" else "")})
     return pd.DataFrame(rows)
 
@@ -95,11 +97,7 @@ def write_evidence(records: dict[str, dict], out_dir: str | os.PathLike) -> list
 
 def styled_verdicts(frame: pd.DataFrame, column: str = "verdict"):
     """Red for a failed word, green for a passed one."""
-    colours = {"PASS": "#1e8449", "MET": "#1e8449", "FAIL": "#c0392b", "NOT MET": "#c0392b",
-               "UNDECIDED": "#b9770e"}
+    colours = {PASS: "#1e8449", stats.MET: "#1e8449", FAIL: "#c0392b", stats.NOT_MET: "#c0392b",
+               stats.UNDECIDED: "#b9770e"}
     return (frame.style.hide(axis="index").format(precision=3, na_rep="")
             .map(lambda v: f"color: {colours[v]}; font-weight: bold" if v in colours else "", subset=[column]))
-
-
-def _shown(value) -> str:
-    return value if isinstance(value, str) else repr(value)

@@ -9,22 +9,23 @@ flag is written all the same and says so, and every page rendered after it is ma
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import os
 from pathlib import Path
 
 from .. import __version__
+from ..bench.runner import now_utc
 from ..core.atomic import write_text
 from ..core.config import check_schema, read_json
 from ..core.errors import KvtierError
 from ..core.hashing import file_record
+from ..evidence import stats
 from .bom import FAIL, PASS
 
 SCHEMA = "gate"
 TITLES = {"G1": "G1 arrival acceptance", "G2": "G2 single-node baseline", "G3": "G3 main gate",
           "G4": "G4 stability soak"}
-FAILED_WORDS = (FAIL, "NOT MET", "UNDECIDED")
+FAILED_WORDS = (FAIL, stats.NOT_MET, stats.UNDECIDED)
 
 
 def make(gate: str, verdict: str, lines: list[dict], inputs: list[str | os.PathLike], settings: dict,
@@ -32,7 +33,7 @@ def make(gate: str, verdict: str, lines: list[dict], inputs: list[str | os.PathL
     record = {"gate": gate, "title": TITLES.get(gate, gate), "verdict": verdict, "lines": lines,
               "inputs": [{k: v for k, v in file_record(p).items() if k != "bytes"} for p in sorted(map(str, inputs))],
               "settings": settings, "notes": list(notes or []),
-              "checked_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+              "checked_at": now_utc(),
               "kvtier": __version__}
     return validate(record)
 

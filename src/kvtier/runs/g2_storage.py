@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -92,8 +93,5 @@ def run_storage(settings: StorageSettings, run_dir: str | os.PathLike) -> dict:
                                     scratch[name], size, block, depth, rw, settings.timeout_s), "quiet": found})
         finally:
             for directory in scratch.values():
-                for leftover in directory.glob("*"):
-                    leftover.unlink()
-                if directory.exists():
-                    directory.rmdir()
+                shutil.rmtree(directory, ignore_errors=True)
     return json.loads((run_dir / RUN_FILE).read_text())
