@@ -21,6 +21,12 @@ include: "workflow/rules/r9.smk"
 include: "workflow/rules/index.smk"
 
 
+onstart:
+    # Killed (SIGTERM) or hung up on (SIGHUP), Snakemake cancels its jobs as on Ctrl-C, so that no job submitted to
+    # a cluster, and no server, outlives the run that started it (kvtier.core.interrupt).
+    kvtier_interrupt.interrupt_on(signal.SIGTERM, signal.SIGHUP)
+
+
 rule all:
     default_target: True
     input:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -64,6 +66,59 @@ def copy_project(dest: Path) -> Path:
 @pytest.fixture
 def project_copy(tmp_path: Path) -> Path:
     return copy_project(tmp_path / "kvtier")
+
+
+# The workflow tests run the default target with the small preset: every tier, fewer and shorter sessions.
+PRESET = ["--configfile", "config/presets/test.yaml"]
+SLURM_LOCAL = ROOT / "workflow" / "scripts" / "slurm_local.sh"
+
+
+def slurm_local(action: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["sh", str(SLURM_LOCAL), action], capture_output=True, text=True, timeout=900)
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    """A real single-node Slurm on this machine (workflow/scripts/slurm_local.sh up; down at the end), or the
+    reason there is none: it needs root, and a machine where slurm-wlm and munge install and start."""
+    if os.geteuid() != 0:
+        yield ("needs root: workflow/scripts/slurm_local.sh installs slurm-wlm and munge and starts munged, "
+               "slurmctld and slurmd (run `make test` as root to include it)")
+        return
+    up = slurm_local("up")
+    if up.returncode != 0:
+        yield f"Slurm could not start here (workflow/scripts/slurm_local.sh up): {up.stderr.strip()[-600:]}"
+        return
+    yield None
+    slurm_local("down")
+
+
+@dataclasses.dataclass
+class Built:
+    """The default target's run of the test preset: where, through which executor, and Snakemake's output."""
+    project: Path
+    executor: str  # slurm or local
+    output: str
+    seconds: float
+
+
+@pytest.fixture(scope="session")
+def built_run(tmp_path_factory, slurm_cluster) -> Built:
+    """One project copy on which the default target has run with the test preset: submitted to the local Slurm
+    through `--profile profiles/slurm` where this session has one (root), locally (`--cores 2`) otherwise. The
+    workflow tests check what it produced either way; tests/test_slurm.py checks how Slurm ran it, and that its
+    evidence has the pages and tables of a local run (tests/golden/test_preset_evidence.json)."""
+    project = copy_project(tmp_path_factory.mktemp("built") / "kvtier")
+    executor = "slurm" if slurm_cluster is None else "local"  # otherwise slurm_cluster says why there is none
+    command = ["--cores", "2"] if executor == "local" else ["--profile", "profiles/slurm"]
+    started = time.monotonic()
+    done = run(["snakemake", *command, *PRESET], cwd=project, timeout=3600)
+    return Built(project, executor, done.stdout + done.stderr, time.monotonic() - started)
+
+
+@pytest.fixture(scope="session")
+def built(built_run) -> Path:
+    return built_run.project
 
 
 # ---------------------------------------------------------------------------------------------------------------

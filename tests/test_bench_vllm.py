@@ -12,6 +12,7 @@ import pytest
 
 from kvtier.bench.records import latest_per_request, read_records
 from kvtier.bench.runner import BenchConfig, Runner
+from kvtier.core.errors import KvtierError
 
 from conftest import ROOT, tool_env
 
@@ -55,6 +56,28 @@ def test_without_eviction_the_resume_hits_the_prefix_cache(vllm_server, tmp_path
     cached = window(summary, "resume-c2")["cached_tokens"]
     # vLLM caches whole blocks (128 tokens on CPU): each 1024-token context, less at most one block, is cached.
     assert 4 * (1024 - 128) <= cached <= 4 * 1024
+
+
+def test_a_run_stopped_after_populate_is_handed_off_and_another_process_finishes_it(vllm_server, tmp_path):
+    """R3's hand-off at the client's level (kvtier.runs.cross_instance): one Runner populates and stops, another
+    (here: the same server, as if on another node) resumes the same run; one run, two segments, no request twice."""
+    run_dir = tmp_path / "run"
+    handed = Runner(cfg(vllm_server, evict="none", concurrency=[2]), run_dir, progress=False,
+                    metadata={"role": "writer"}, stop_after="populate").run()
+    assert handed["status"] == "incomplete" and handed["phases_done"] == ["populate"]
+    assert handed["segments"][0]["status"] == "handed-off" and not (run_dir / "summary.json").exists()
+    summary = Runner(cfg(vllm_server, evict="none", concurrency=[2]), run_dir, resume=True, progress=False,
+                     metadata={"reader": True}).run()
+    run = json.loads((run_dir / "run.json").read_text())
+    assert run["status"] == "complete" and [s["status"] for s in run["segments"]] == ["handed-off", "complete"]
+    assert run["metadata"] == {"role": "writer", "reader": True}
+    assert all(s["host"] and s["base_url"] == vllm_server.base_url for s in run["segments"])
+    records = list(read_records(run_dir / "requests.jsonl"))
+    assert [r["segment"] for r in records] == [1] * 4 + [2] * 4 and len(latest_per_request(records)) == 8
+    (resumed,) = summary["windows"]
+    assert resumed["segment"] == 2 and resumed["cached_tokens"] > 0  # the same server still held the prefixes
+    with pytest.raises(KvtierError, match="stop after 'resume-c9'"):
+        Runner(cfg(vllm_server), tmp_path / "other", progress=False, stop_after="resume-c9").run()
 
 
 def test_chat_endpoint_and_greedy_outputs_are_reproducible(vllm_server, tmp_path):

@@ -13,16 +13,18 @@ from kvtier.runs.campaign import attribution
 from conftest import ROOT
 
 
-def window(prompt=4160, failed=0, writer=None, **sources):
+def window(prompt=4160, failed=0, **sources):
     vllm = {f'vllm:prompt_tokens_by_source_total{{engine="0",source="{k}"}}': v for k, v in sources.items()
             if k in ("local_compute", "local_cache_hit", "external_kv_transfer")}
     lmcache = {f"lmcache_mp_lookup_hit_{k}_tokens_total{{model_name=\"m\"}}": v for k, v in sources.items()
                if k in ("l1", "l2")}
     metrics = {"vllm": {"deltas": vllm}, "lmcache": {"deltas": lmcache}}
-    if writer is not None:  # R3: instance A's prompt tokens over the window
-        metrics["writer_vllm"] = {"available": True, "deltas": {
-            'vllm:prompt_tokens_by_source_total{engine="0",source="local_compute"}': writer}}
     return {"concurrency": 2, "prompt_tokens": prompt, "requests": {"failed": failed}, "server_metrics": metrics}
+
+
+# R3's hand-off as B's run records it: A stopped, then B started (kvtier.runs.cross_instance).
+HANDED_OFF = {"writer_stopped": "2026-12-01T10:00:00+00:00", "reader_started": "2026-12-01T10:00:40+00:00"}
+OVERLAPPED = {"writer_stopped": "2026-12-01T10:01:00+00:00", "reader_started": "2026-12-01T10:00:40+00:00"}
 
 
 @pytest.mark.parametrize("tier, sources, valid", [
@@ -36,13 +38,14 @@ def window(prompt=4160, failed=0, writer=None, **sources):
     ("local_disk", dict(local_compute=64, external_kv_transfer=4096, l2=4096), True),
     ("local_disk", dict(local_compute=64, external_kv_transfer=4096, l1=4096), False),     # L1 was not emptied
     ("shared_pool", dict(local_compute=4160), False),
-    ("cross_instance", dict(local_compute=64, external_kv_transfer=4096, l2=4096, writer=0), True),
-    ("cross_instance", dict(local_compute=64, external_kv_transfer=4096, l2=4096, writer=4160), False),  # A served
-    ("cross_instance", dict(local_compute=64, external_kv_transfer=4096, l2=4096), False),  # A not observed
-    ("cross_instance", dict(local_compute=4160, writer=0), False),                 # B recomputed
+    ("cross_instance", dict(local_compute=64, external_kv_transfer=4096, l2=4096, handoff=HANDED_OFF), True),
+    ("cross_instance", dict(local_compute=64, external_kv_transfer=4096, l2=4096, handoff=OVERLAPPED), False),
+    ("cross_instance", dict(local_compute=64, external_kv_transfer=4096, l2=4096), False),  # no hand-off recorded
+    ("cross_instance", dict(local_compute=4160, handoff=HANDED_OFF), False),       # B recomputed
 ])
 def test_a_window_counts_only_when_the_tier_under_test_served_the_prefix(tier, sources, valid):
-    assert attribution(tier, window(**sources))["valid"] is valid
+    handoff = sources.pop("handoff", None)
+    assert attribution(tier, window(**sources), handoff)["valid"] is valid
 
 
 def test_a_window_with_failed_requests_is_invalid():

@@ -75,3 +75,18 @@ def test_cli_names_a_missing_or_broken_file(tmp_path):
     broken.write_text("render: [unclosed\n")
     proc = run(["kvtier", "config", str(broken)], cwd=tmp_path, check=False)
     assert proc.returncode == 2 and "not valid YAML" in proc.stderr
+
+
+@pytest.mark.parametrize("example", sorted(p.name for p in (ROOT / "config" / "examples").glob("*.yaml")))
+def test_every_cluster_example_is_a_valid_override_with_a_loadable_bill(example):
+    from kvtier.gates import bom
+    from kvtier.runs import cluster
+    merged = config.load_yaml(ROOT / "config" / "config.yaml")
+    for section, values in config.load_yaml(ROOT / "config" / "examples" / example).items():
+        merged[section] = {**merged.get(section, {}), **values} if isinstance(values, dict) else values
+    cfg = config.validate(merged, source=example)
+    bom.load_bill(cfg["gates"]["g1"]["expect"], source=example)
+    cluster.check(cfg["cluster"], cfg["runs"]["server"]["platform"], source=example)
+    jobs = cluster.job_resources(cfg["cluster"], cfg["runs"]["server"]["platform"],
+                                 cfg["runs"]["server"]["tensor_parallel_size"])
+    assert jobs["measurement"].get("gpu") == cfg["runs"]["server"]["tensor_parallel_size"]

@@ -7,6 +7,8 @@ from conftest import ROOT
 RULES = ROOT / "workflow" / "rules"
 # kvtier subcommands that burn CPU or disk: none may run beside a measured window.
 HEAVY = ("render", "lmcache-build", "model", "tier-run", "r1-reads", "r1-resume")
+# kvtier subcommands that measure (kvtier.cli.MEASURING), and the platform probe that G1 judges: on a cluster they
+# take a whole node and the accelerators (kvtier.runs.cluster); every other job is a small one.
 
 
 def rules() -> dict[str, str]:
@@ -31,3 +33,16 @@ def test_every_rule_says_what_it_does_and_logs_it():
     blocks = rules()
     assert [name for name, body in blocks.items() if name != "all" and not (
         "    message:" in body and "    log:" in body and "{log:q}" in body)] == []
+
+
+def test_every_rule_asks_a_cluster_for_its_kind_of_job():
+    from kvtier.cli import MEASURING
+    blocks = rules()
+    measuring = {name for name, body in blocks.items()
+                 if re.search(rf'"kvtier ({"|".join(MEASURING)}|probe)\b', body)}
+    assert measuring >= {"tier_run_", "r3_populate", "r3_resume", "r1_reads", "r1_resume", "boundary_cells",
+                         "g2_storage", "r9_loads", "platform"}
+    kinds = {name: ("measurement" if "**MEASURE_JOB," in body else "small" if "**SMALL_JOB," in body else None)
+             for name, body in blocks.items() if name != "all"}
+    assert {name: kind for name, kind in kinds.items() if kind != ("measurement" if name in measuring else "small")
+            } == {}

@@ -8,6 +8,7 @@ import signal
 import sys
 from pathlib import Path
 
+from .core import interrupt, node_lock
 from .core.errors import KvtierError
 
 
@@ -155,17 +156,31 @@ def _cmd_model(args) -> None:
 
 
 def _cmd_tier_run(args) -> None:
-    from .runs.tier_run import CROSS_INSTANCE, TierSettings, run_cross_instance, run_tiers
-    settings = _settings(TierSettings, args.settings, "--settings")
-    if CROSS_INSTANCE in args.tier:
-        if len(args.tier) > 1 or len(args.run_dir) > 1:
-            raise KvtierError(f"{CROSS_INSTANCE} runs alone: one tier and one --run-dir")
-        summaries = [run_cross_instance(settings, args.run_dir[0])]
-    else:
-        summaries = run_tiers(args.tier, settings, args.run_dir)
+    from .runs.tier_run import TierSettings, run_tiers
+    summaries = run_tiers(args.tier, _settings(TierSettings, args.settings, "--settings"), args.run_dir)
     for tier, summary in zip(args.tier, summaries):
-        for window in summary["windows"]:
-            print(f"{tier} {window['window']}: TTFT p50 {window['ttft_s']['p50']:.4f} s")
+        _print_windows(tier, summary)
+
+
+def _print_windows(tier: str, summary: dict) -> None:
+    for window in summary["windows"]:
+        print(f"{tier} {window['window']}: TTFT p50 {window['ttft_s']['p50']:.4f} s")
+
+
+def _cmd_r3_populate(args) -> None:
+    from .runs.cross_instance import populate
+    from .runs.tier_run import TierSettings
+    handoff = populate(_settings(TierSettings, args.settings, "--settings"), args.handoff_dir)
+    print(f"R3 instance A on {handoff['writer']['host']}: {len(handoff['files'])} chunk files "
+          f"({handoff['pool_state']['bytes']} bytes) in {handoff['pool']}; hand-off in {args.handoff_dir}")
+
+
+def _cmd_r3_resume(args) -> None:
+    from .core.tiers import CROSS_INSTANCE
+    from .runs.cross_instance import resume
+    from .runs.tier_run import TierSettings
+    summary = resume(_settings(TierSettings, args.settings, "--settings"), args.handoff_dir, args.run_dir)
+    _print_windows(CROSS_INSTANCE, summary)
 
 
 def _settings(cls, text: str, option: str):
@@ -450,12 +465,24 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("tier-run", help="one tier's cold-resume run on real vLLM (+ LMCache): servers started, "
                        "measured and stopped; or two tiers one server start measures, one after the other")
-    p.add_argument("tier", nargs="+", help="recompute, engine, dram, local_disk or shared_pool; or cross_instance "
-                   "(R3: instance A populates the shared pool, instance B resumes from it); or `recompute engine` "
-                   "or `dram local_disk` on the same servers")
+    p.add_argument("tier", nargs="+", help="recompute, engine, dram, local_disk or shared_pool; or `recompute "
+                   "engine` or `dram local_disk` on the same servers (R3's cross_instance: r3-populate, r3-resume)")
     p.add_argument("--run-dir", required=True, nargs="+", help="one run directory per tier, in their order")
     p.add_argument("--settings", required=True, help="JSON of kvtier.runs.tier_run.TierSettings")
     p.set_defaults(func=_cmd_tier_run)
+
+    p = sub.add_parser("r3-populate", help="R3, instance A: populate every session onto the shared pool, stop, and "
+                       "write the hand-off (the run so far, the pool's chunk files) for r3-resume")
+    p.add_argument("--handoff-dir", required=True, help="new directory for the hand-off")
+    p.add_argument("--settings", required=True, help="JSON of kvtier.runs.tier_run.TierSettings")
+    p.set_defaults(func=_cmd_r3_populate)
+
+    p = sub.add_parser("r3-resume", help="R3, instance B (another process, job or node on the same pool path): "
+                       "check the pool holds what A left, then resume every session from it at each concurrency")
+    p.add_argument("--handoff-dir", required=True, help="r3-populate's hand-off directory")
+    p.add_argument("--run-dir", required=True, help="new run directory: A's run, completed by B")
+    p.add_argument("--settings", required=True, help="JSON of kvtier.runs.tier_run.TierSettings")
+    p.set_defaults(func=_cmd_r3_resume)
 
     p = sub.add_parser("r1-reads", help="R1 (a) and (b): cold loads of N chunks by one LMCache fs L2 worker, "
                        "upstream vs patched, beside fio's direct reads per queue depth, and checkpoint saves")
@@ -584,17 +611,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _terminate(signum, frame):
-    raise KeyboardInterrupt(f"signal {signum}")
+# The commands that measure: each holds the node's measurement lock while it runs (kvtier.core.node_lock), so
+# that two never overlap on one machine, whichever processes or scheduler jobs started them.
+MEASURING = ("tier-run", "r3-populate", "r3-resume", "r1-reads", "r1-resume", "boundary-run", "g2-storage", "r9-loads")
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     # SIGTERM (Snakemake cancelling a job, a scheduler's kill) unwinds like Ctrl-C, so that servers are stopped
     # and runs are marked incomplete instead of being left behind.
-    signal.signal(signal.SIGTERM, _terminate)
+    interrupt.interrupt_on(signal.SIGTERM)
     try:
-        status = args.func(args)
+        if args.command in MEASURING:
+            with node_lock.hold(f"kvtier {args.command}"):
+                status = args.func(args)
+        else:
+            status = args.func(args)
     except KvtierError as exc:
         print(f"kvtier: error: {exc}", file=sys.stderr)
         return 2

@@ -25,6 +25,7 @@ rule render_audit:
             input[1:], **RENDER_OPTIONS,
         ),
     resources:
+        **SMALL_JOB,
         measurement=1,
     log:
         "logs/render_audit.log",

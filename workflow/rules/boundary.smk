@@ -17,6 +17,7 @@ rule boundary_cells:
         rounds=BOUNDARY["rounds"],
         settings=BOUNDARY_SETTINGS,
     resources:
+        **MEASURE_JOB,
         measurement=1,
     log:
         f"logs/boundary/{RUNS['campaign']}/cells.log",
@@ -39,6 +40,8 @@ rule boundary:
         conditions=f"{BOUNDARY_DIR}/conditions.json",
     params:
         boundary_dir=lambda wildcards, output: os.path.dirname(output.rounds),
+    resources:
+        **SMALL_JOB,
     log:
         f"logs/boundary/{RUNS['campaign']}/tables.log",
     conda:
@@ -76,6 +79,7 @@ rule render_B:
             input[1:], gates=input.gate, **RENDER_OPTIONS,
         ),
     resources:
+        **SMALL_JOB,
         measurement=1,
     log:
         "logs/render_B.log",

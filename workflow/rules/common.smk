@@ -2,9 +2,11 @@
 import glob
 import json
 import os
+import signal
 import sys
 
 from kvtier.core import config as kvtier_config
+from kvtier.core import interrupt as kvtier_interrupt
 from kvtier.evidence import r1 as kvtier_r1
 from kvtier.evidence.render import cli_args as render_args
 from kvtier.evidence.catalog import BY_ID as CATALOG
@@ -12,6 +14,7 @@ from kvtier.core.errors import KvtierError
 from kvtier.gates import bom as kvtier_bom
 from kvtier.gates import g3 as kvtier_g3
 from kvtier.runs import boundary as kvtier_boundary
+from kvtier.runs import cluster as kvtier_cluster
 from kvtier.runs import campaign as kvtier_campaign
 from kvtier.runs import order as kvtier_order
 from kvtier.core import tiers as kvtier_tiers
@@ -38,6 +41,16 @@ MODEL_DIR = MODEL["path"] or f"models/{MODEL['served_name']}"
 # What the rules that serve the model wait for: the generated one's config. A model at `model.path` is not an
 # input (nothing here makes it): G1's bill checks that it is there (`model.config_hash`) before anything runs.
 MODEL_INPUT = [] if MODEL["path"] else [f"{MODEL_DIR}/config.json"]
+
+# What each job asks a cluster scheduler for (`--profile profiles/slurm`; kvtier.runs.cluster): measurement jobs a
+# whole node and the servers' accelerators, every other job a small share. The local executor ignores them.
+try:
+    kvtier_cluster.check(config["cluster"], RUNS["server"]["platform"], source=_config_source)
+except KvtierError as exc:
+    sys.exit(f"kvtier: {exc}")
+_JOBS = kvtier_cluster.job_resources(config["cluster"], RUNS["server"]["platform"],
+                                     RUNS["server"]["tensor_parallel_size"])
+MEASURE_JOB, SMALL_JOB = _JOBS["measurement"], _JOBS["small"]
 CAMPAIGN_DIR = f"raw_data/runs/{RUNS['campaign']}"
 # The LMCache the servers run (rule lmcache_build), or the environment's own.
 LMCACHE = config["lmcache"]
@@ -66,6 +79,12 @@ UNIT_PLAN = kvtier_order.units_in_order(RUN_UNITS, RUNS["rounds"])
 SCHEDULE = kvtier_order.schedule(RUN_UNITS, RUNS["rounds"])
 
 TIER_RUN_DIR = f"{CAMPAIGN_DIR}/{kvtier_campaign.round_dir('{round}')}/{{tier}}"
+CROSS_INSTANCE = kvtier_tiers.CROSS_INSTANCE
+# The run directories of the unit measured just before `unit` in its round's order (UNIT_PLAN): a tier run's `after`.
+unit_before = lambda wildcards, unit: [TIER_RUN_DIR.format(round=r, tier=k) for r, k in
+                                       kvtier_order.before(UNIT_PLAN, int(wildcards.round), unit)]
+# R3's hand-off (kvtier.runs.cross_instance): what instance A's job leaves for instance B's.
+R3_HANDOFF_DIR = f"{CAMPAIGN_DIR}/{kvtier_campaign.round_dir('{round}')}/{CROSS_INSTANCE}_handoff"
 
 # R1 (kvtier.runs.r1): its reads compare both LMCache builds; its resume runs the configured one.
 R1 = config["r1"]

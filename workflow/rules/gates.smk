@@ -22,6 +22,8 @@ rule platform:
             "--path", f"local_disk={RUNS['local_disk_path']}", "--path", f"shared_pool={RUNS['shared_pool_path']}",
             *(["--lmcache-build", os.path.dirname(input.lmcache[0])] if input.lmcache else []),
         ],
+    resources:
+        **MEASURE_JOB,
     log:
         f"logs/gates/{RUNS['campaign']}/platform.log",
     conda:
@@ -41,6 +43,8 @@ rule gate_g1:
         lines=len(GATES["g1"]["expect"]),
         # A function, so that braces in a line's value (a regular expression) are not read as wildcards.
         expect=lambda wildcards: json.dumps(GATES["g1"]["expect"]),
+    resources:
+        **SMALL_JOB,
     log:
         f"logs/gates/{RUNS['campaign']}/G1.log",
     conda:
@@ -63,6 +67,7 @@ rule g2_storage:
         repetitions=GATES["g2"]["repetitions"],
         settings=G2_STORAGE_SETTINGS,
     resources:
+        **MEASURE_JOB,
         measurement=1,
     log:
         f"logs/gates/{RUNS['campaign']}/G2_storage.log",
@@ -88,6 +93,8 @@ rule gate_g2:
             *(["--r1-reads", input.r1_reads[0]] if input.r1_reads else []),
         ],
         settings=G2_SETTINGS,
+    resources:
+        **SMALL_JOB,
     log:
         f"logs/gates/{RUNS['campaign']}/G2.log",
     conda:
@@ -109,6 +116,8 @@ rule gate_g3:
         baseline=GATES["g3"]["baseline"],
         settings=G3_SETTINGS,
         why=lambda wildcards: GATES["g3"]["why"],  # free text: a function, so that braces are not wildcards
+    resources:
+        **SMALL_JOB,
     log:
         f"logs/gates/{RUNS['campaign']}/G3.log",
     conda:
@@ -128,6 +137,7 @@ rule gate_proceed:
     wildcard_constraints:
         gate="G[1-4]",
     resources:
+        **SMALL_JOB,
         # Whether a FAIL stops the run: a resource, not a param, because Snakemake reruns a job whose params changed
         # but not one whose resources did. Switching gates.stop_on_fail must not rewrite G1's flag: Snakemake does
         # not look again at the jobs downstream of a job it reruns (they take the flag as `ancient`), so a G2 or
@@ -165,6 +175,7 @@ rule render_gates:
             input[1:], **RENDER_OPTIONS,
         ),
     resources:
+        **SMALL_JOB,
         measurement=1,
     log:
         "logs/render_gates.log",
@@ -192,6 +203,7 @@ rule render_R6:
             input[1:], **RENDER_OPTIONS,
         ),
     resources:
+        **SMALL_JOB,
         measurement=1,
     log:
         "logs/render_R6.log",
@@ -219,6 +231,7 @@ rule render_R7:
             [input.g2], gates=[input.g1], **RENDER_OPTIONS,
         ),
     resources:
+        **SMALL_JOB,
         measurement=1,
     log:
         "logs/render_R7.log",

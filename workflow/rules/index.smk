@@ -11,6 +11,8 @@ rule index:
         manifest=f"{EVIDENCE}/manifest.json",
     params:
         argv=lambda wildcards, output: ["--evidence-dir", os.path.dirname(output.html), *(word for item in ITEMS for word in ("--item", item))],
+    resources:
+        **SMALL_JOB,
     log:
         "logs/index.log",
     conda:

@@ -18,6 +18,7 @@ rule lmcache_build:
             *(word for patch in input.patches for word in ("--patch", patch)),
         ],
     resources:
+        **SMALL_JOB,
         measurement=1,
     log:
         "logs/lmcache_build/{variant}.log",

@@ -25,6 +25,7 @@ rule render_R2_local:
             input[1:], gates=input.gate, **RENDER_OPTIONS,
         ),
     resources:
+        **SMALL_JOB,
         measurement=1,
     log:
         "logs/render_R2_local.log",
@@ -58,6 +59,7 @@ rule render_R3:
             input[1:], gates=input.gate, **RENDER_OPTIONS,
         ),
     resources:
+        **SMALL_JOB,
         measurement=1,
     log:
         "logs/render_R3.log",
@@ -86,6 +88,7 @@ rule render_R4:
             gates=input.gate, **RENDER_OPTIONS,
         ),
     resources:
+        **SMALL_JOB,
         measurement=1,
     log:
         "logs/render_R4.log",

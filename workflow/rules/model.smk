@@ -12,6 +12,7 @@ rule model:
             *(word for key, value in MODEL["generate"].items() for word in (f"--{key.replace('_', '-')}", value)),
         ],
     resources:
+        **SMALL_JOB,
         measurement=1,
     log:
         "logs/model.log",

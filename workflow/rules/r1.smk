@@ -13,6 +13,7 @@ rule r1_reads:
     params:
         settings=R1_READ_SETTINGS,
     resources:
+        **MEASURE_JOB,
         measurement=1,
     log:
         f"logs/r1/{RUNS['campaign']}/reads.log",
@@ -35,6 +36,7 @@ rule r1_resume:
         settings=TIER_SETTINGS,
         resume=R1_RESUME_SETTINGS,
     resources:
+        **MEASURE_JOB,
         measurement=1,
     log:
         f"logs/r1/{RUNS['campaign']}/resume.log",
@@ -68,6 +70,7 @@ rule render_R1:
             gates=input.gate, **RENDER_OPTIONS,
         ),
     resources:
+        **SMALL_JOB,
         measurement=1,
     log:
         "logs/render_R1.log",

@@ -13,6 +13,7 @@ rule model_r9:
             *(word for key, value in R9["generate"].items() for word in (f"--{key.replace('_', '-')}", value)),
         ],
     resources:
+        **SMALL_JOB,
         measurement=1,
     log:
         "logs/model_r9.log",
@@ -35,6 +36,7 @@ rule r9_loads:
         settings=lambda wildcards, input: json.dumps({**json.loads(R9_SETTINGS),
                                                       "model_dir": os.path.dirname(input.model)}),
     resources:
+        **MEASURE_JOB,
         measurement=1,
     log:
         f"logs/r9/{RUNS['campaign']}/loads.log",
@@ -67,6 +69,7 @@ rule render_R9:
             **RENDER_OPTIONS,
         ),
     resources:
+        **SMALL_JOB,
         measurement=1,
     log:
         "logs/render_R9.log",

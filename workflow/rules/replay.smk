@@ -25,6 +25,7 @@ rule render_R2:
             [input.readings, input.conditions, input.provenance], **RENDER_OPTIONS,
         ),
     resources:
+        **SMALL_JOB,
         measurement=1,
     log:
         "logs/render_R2.log",

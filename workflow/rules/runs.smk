@@ -1,11 +1,12 @@
 # Measured tiered cold-resume runs: one job per server start and round (kvtier.core.tiers.server_units: a tier,
-# two tiers on the same servers, or R3's cross-instance run; servers started, measured, stopped), in the rotated
-# order of UNIT_PLAN, then the campaign's tables. Measurements never overlap on one host: each holds the whole
-# `measurement` resource (limit 1 in workflow/profiles/default). One rule per unit, since a unit's outputs are
-# its tiers' run directories.
+# or two tiers on the same servers; servers started, measured, stopped), and R3's run as two jobs (instance A
+# populates the shared pool and hands off, instance B resumes from it), in the rotated order of UNIT_PLAN, then the
+# campaign's tables. Measurements never overlap: each holds the whole `measurement` resource (limit 1 in
+# workflow/profiles/default) and the node's measurement lock (kvtier.core.node_lock). One rule per unit, since a
+# unit's outputs are its tiers' run directories.
 
 
-for _unit in RUN_UNITS:
+for _unit in [unit for unit in RUN_UNITS if unit != (CROSS_INSTANCE,)]:
 
     rule:
         name:
@@ -18,8 +19,7 @@ for _unit in RUN_UNITS:
             lmcache=[f"{LMCACHE_BUILD}/build.json"] if LMCACHE_BUILD else [],
             gate=[ancient(flag) for flag in G1_FLAG],
             # The unit measured just before this one in its round's order (`unit` bound now, not at call time).
-            after=lambda wildcards, unit=_unit: [TIER_RUN_DIR.format(round=r, tier=k) for r, k in
-                                                 kvtier_order.before(UNIT_PLAN, int(wildcards.round), unit)],
+            after=lambda wildcards, unit=_unit: unit_before(wildcards, unit),
         output:
             **{tier: directory(TIER_RUN_DIR.format(round="{round}", tier=tier)) for tier in _unit},
         wildcard_constraints:
@@ -28,6 +28,7 @@ for _unit in RUN_UNITS:
             tiers=list(_unit),
             settings=TIER_SETTINGS,
         resources:
+            **MEASURE_JOB,
             measurement=1,
         log:
             f"logs/tier_run/{RUNS['campaign']}/round-{{round}}/{'+'.join(_unit)}.log",
@@ -35,6 +36,57 @@ for _unit in RUN_UNITS:
             "../../environment.yml"
         shell:
             "kvtier tier-run {params.tiers:q} --run-dir {output:q} --settings {params.settings:q} > {log:q} 2>&1"
+
+
+# R3 as two jobs (kvtier.runs.cross_instance): on a cluster, two scheduler jobs, on two nodes where it has them.
+# A's KV reaches B only through the shared pool; B refuses to run when its node does not see the files A left.
+# No tier run can come between them: the next unit in the order waits for B.
+rule r3_populate:
+    message:
+        "R3, round {wildcards.round}: instance A populates the shared pool, stops, and hands off ({output})"
+    input:
+        model=MODEL_INPUT,
+        lmcache=[f"{LMCACHE_BUILD}/build.json"] if LMCACHE_BUILD else [],
+        gate=[ancient(flag) for flag in G1_FLAG],
+        after=lambda wildcards: unit_before(wildcards, (CROSS_INSTANCE,)),
+    output:
+        directory(R3_HANDOFF_DIR),
+    wildcard_constraints:
+        round="[1-9][0-9]*",
+    params:
+        settings=TIER_SETTINGS,
+    resources:
+        **MEASURE_JOB,
+        measurement=1,
+    log:
+        f"logs/tier_run/{RUNS['campaign']}/round-{{round}}/r3_populate.log",
+    conda:
+        "../../environment.yml"
+    shell:
+        "kvtier r3-populate --handoff-dir {output:q} --settings {params.settings:q} > {log:q} 2>&1"
+
+
+rule r3_resume:
+    message:
+        "R3, round {wildcards.round}: instance B resumes from the pool instance A left, into {output}"
+    input:
+        handoff=rules.r3_populate.output[0],
+    output:
+        directory(TIER_RUN_DIR.format(round="{round}", tier=CROSS_INSTANCE)),
+    wildcard_constraints:
+        round="[1-9][0-9]*",
+    params:
+        settings=TIER_SETTINGS,
+    resources:
+        **MEASURE_JOB,
+        measurement=1,
+    log:
+        f"logs/tier_run/{RUNS['campaign']}/round-{{round}}/r3_resume.log",
+    conda:
+        "../../environment.yml"
+    shell:
+        "kvtier r3-resume --handoff-dir {input.handoff:q} --run-dir {output:q} --settings {params.settings:q} "
+        "> {log:q} 2>&1"
 
 
 rule campaign:
@@ -51,6 +103,8 @@ rule campaign:
     params:
         campaign=RUNS["campaign"],
         campaign_dir=lambda wildcards, output: os.path.dirname(output.readings),
+    resources:
+        **SMALL_JOB,
     log:
         f"logs/campaign/{RUNS['campaign']}.log",
     conda:

@@ -247,9 +247,13 @@ def _snapshot(cfg: BenchConfig, run_dir: Path, window: str, when: str) -> dict[s
 class Runner:
     def __init__(self, cfg: BenchConfig, run_dir: str | os.PathLike, evict: Callable[[], None] | None = None,
                  resume: bool = False, progress: bool | None = None, labels: dict | None = None,
-                 metadata: dict | None = None, quiet: Callable[[], dict] | None = None):
+                 metadata: dict | None = None, quiet: Callable[[], dict] | None = None, stop_after: str | None = None):
         cfg.check()
-        self.metadata = metadata or {}  # recorded in run.json (e.g. the tier and its pool directory)
+        # Recorded in run.json (e.g. the tier and its pool directory); on resume, added to what is there.
+        self.metadata = metadata or {}
+        # End the segment after this phase, leaving the run for another process to resume (R3's hand-off: instance
+        # A populates, instance B resumes the same run): the segment is "handed-off", the run "incomplete".
+        self.stop_after = stop_after
         self.cfg, self.run_dir, self.resume = cfg, Path(run_dir), resume
         self.labels = labels or {}  # added to every request's labels (e.g. the tier under test)
         self.evict = evict or evict_hook(cfg)
@@ -266,8 +270,9 @@ class Runner:
             run = json.loads(run_file.read_text())
             if run["status"] == "complete":
                 raise KvtierError(f"{self.run_dir}: the run is complete; start a new run directory to rerun it")
-            run["segments"].append({"start": now_utc(), "end": None, "status": "running"})
+            run["segments"].append(self._segment())
             run["status"] = "running"
+            run["metadata"] = {**run.get("metadata", {}), **self.metadata}
             return run
         if (run_file).exists() or (self.run_dir / REQUESTS_FILE).exists():
             raise KvtierError(f"{self.run_dir}: already holds a run; resume it (--resume) or choose a new directory")
@@ -276,18 +281,27 @@ class Runner:
             "run_id": self.run_dir.name, "kvtier_version": __version__, "source_revision": git_revision(),
             "argv": sys.argv, "config": asdict(self.cfg), "host": platform.node(), "python": platform.python_version(),
             "status": "running", "start": now_utc(), "end": None,
-            "segments": [{"start": now_utc(), "end": None, "status": "running"}],
+            "segments": [self._segment()],
             "phases_done": [], "windows": {}, "metadata": self.metadata,
         }
 
+    def _segment(self) -> dict:
+        """A new segment: when, on which host and against which server it ran (a resumed run may move)."""
+        return {"start": now_utc(), "end": None, "status": "running", "host": platform.node(),
+                "base_url": self.cfg.base_url}
+
     def run(self) -> dict:
-        """Run to the end; return the summary. On interruption the run is left 'incomplete' and re-raised."""
+        """Run to the end; return the summary. On interruption the run is left 'incomplete' and re-raised. With
+        `stop_after`, run up to that phase and return run.json's record instead (no summary yet)."""
         # Everything that can refuse the run happens before anything is written.
         served = preflight(self.cfg)
         if self.cfg.populate_url:
             preflight(self.cfg, base_url=self.cfg.populate_url)
         tokenizer = ServerTokenizer(self.cfg.base_url, self.cfg.model)
         phases = plan(self.cfg, alphabet(tokenizer, self.cfg.seed))
+        if self.stop_after and self.stop_after not in [phase.name for phase in phases]:
+            raise KvtierError(f"stop after {self.stop_after!r}: not a phase of this run "
+                              f"({', '.join(phase.name for phase in phases)})")
         endpoint = Endpoint.parse(self.cfg.base_url)
         populate_endpoint = Endpoint.parse(self.cfg.populate_url) if self.cfg.populate_url else endpoint
         run = self._start()
@@ -317,6 +331,8 @@ class Runner:
                         run["windows"][phase.name] = window
                     run["phases_done"].append(phase.name)
                     write_run(self.run_dir, run)
+                    if phase.name == self.stop_after:
+                        break
         except BaseException:
             run["status"] = run["segments"][-1]["status"] = "incomplete"
             run["segments"][-1]["end"] = now_utc()
@@ -324,6 +340,11 @@ class Runner:
             raise
         finally:
             self.progress.close()
+        if self.stop_after and len(run["phases_done"]) < len(phases):
+            run["status"], run["segments"][-1]["status"] = "incomplete", "handed-off"
+            run["segments"][-1]["end"] = now_utc()
+            write_run(self.run_dir, run)
+            return run
         result = summarize(self.run_dir, run, self.cfg.ttft_sla_s)
         run["status"] = run["segments"][-1]["status"] = "complete"
         run["end"] = run["segments"][-1]["end"] = now_utc()

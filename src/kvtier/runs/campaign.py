@@ -2,7 +2,7 @@
 
     raw_data/runs/<campaign>/round-<r>/<kind>/  one `kvtier bench` run directory per tier and round
                                                 (tier_run.run_tier), and cross_instance/ for R3
-                                                (tier_run.run_cross_instance); the rounds' order is rotated
+                                                (kvtier.runs.cross_instance); the rounds' order is rotated
                                                 (kvtier.runs.order); a run starts its servers, or measures on
                                                 those the tier before it started (runs.share_servers)
     raw_data/runs/<campaign>/R2_rounds.csv      TTFT p50 and output tok/s per round x tier x concurrency: only
@@ -20,7 +20,8 @@ Attribution rules (a window that breaks its rule is invalid: shown as such, neve
     dram         at least half from the connector, served by LMCache L1, none by L2
     local_disk,  at least half from the connector, served by LMCache L2
     shared_pool
-    cross_instance  the same on the reader (instance B), and the writer (instance A) served no prompt token
+    cross_instance  the same on the reader (instance B), and the writer (instance A) had stopped before B started
+                    (its hand-off, kvtier.runs.cross_instance)
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from ..core.table_io import write_table
 from ..core.tiers import CROSS_INSTANCE, L2_TIERS, TIER_NAMES
 from ..probes import platform_probe, quiet
 from ..probes.platform_probe import PLATFORM_FILE
-from .tier_run import POOL_FILE
+from .cross_instance import POOL_FILE
 
 SOURCE = 'vllm:prompt_tokens_by_source_total'
 L1_HITS, L2_HITS = "lmcache_mp_lookup_hit_l1_tokens_total", "lmcache_mp_lookup_hit_l2_tokens_total"
@@ -62,7 +63,9 @@ def token_sources(window: dict) -> dict:
             "l1_hit_tokens": _sum(lmcache, L1_HITS), "l2_hit_tokens": _sum(lmcache, L2_HITS)}
 
 
-def attribution(tier: str, window: dict) -> dict:
+def attribution(tier: str, window: dict, handoff: dict | None = None) -> dict:
+    """Where a window's prompt came from and whether that is its tier's (rules above); `handoff` is an R3 run's
+    (run.json metadata: kvtier.runs.cross_instance)."""
     row = {"tier": tier, "concurrency": window["concurrency"], **token_sources(window)}
     prompt = row["prompt_tokens"] or 0
     half = prompt / 2
@@ -76,11 +79,12 @@ def attribution(tier: str, window: dict) -> dict:
                        "prefix from LMCache L2"),
     }
     rules["shared_pool"] = rules["local_disk"]
-    writer = window["server_metrics"].get("writer_vllm", {})
-    row["writer_prompt_tokens"] = _sum(writer.get("deltas", {}), SOURCE) if writer else None
-    # R3: the reader's prefix came from L2, i.e. from the chunks the writer stored; the writer served nothing.
-    rules[CROSS_INSTANCE] = (rules["local_disk"][0] and writer.get("available", False)
-                             and not row["writer_prompt_tokens"], "prefix from the pool the other instance wrote")
+    # R3: the reader's prefix came from L2, i.e. from the chunks the writer stored, and the writer had stopped
+    # before the reader started (so it served nothing, and the reader's caches held nothing of A's sessions).
+    row["writer_stopped"] = (bool(handoff) and handoff["writer_stopped"] <= handoff["reader_started"]
+                             if tier == CROSS_INSTANCE else None)
+    rules[CROSS_INSTANCE] = (rules["local_disk"][0] and row["writer_stopped"],
+                             "prefix from the pool the other instance wrote, after it stopped")
     valid, expected = rules[tier]
     row["valid"] = bool(valid and prompt > 0 and window["requests"]["failed"] == 0)
     found = window.get("quiet") or {}  # kvtier.probes.quiet: empty when the run did not check
@@ -143,9 +147,10 @@ def aggregate(campaign_dir: str | os.PathLike) -> dict[str, pd.DataFrame]:
     references = {r.round: _outputs(r.path) for r in runs if r.kind == "recompute"}
     for run in runs:
         summary = json.loads((run.path / "summary.json").read_text())
+        handoff = json.loads((run.path / RUN_FILE).read_text()).get("metadata", {}).get("handoff")
         outputs, reference = _outputs(run.path), references.get(run.round, {})
         for window in summary["windows"]:
-            row = {"round": run.round, **attribution(run.kind, window)}
+            row = {"round": run.round, **attribution(run.kind, window, handoff)}
             attributions.append(row)
             quiet_of.append((f"{run.kind} (round {run.round}) at concurrency {window['concurrency']}",
                              window.get("quiet")))
@@ -185,8 +190,8 @@ def medians(by_round: pd.DataFrame) -> pd.DataFrame:
 
 
 def _cross_instance(run_dir: Path) -> dict:
-    """What instance A left on the pool before B resumed (written by the R3 run's first eviction), in the first
-    round's run."""
+    """What instance A left on the pool before B resumed, and the hosts of A and B (written by B from A's hand-off,
+    kvtier.runs.cross_instance), in the first round's run."""
     path = run_dir / POOL_FILE
     return {"pool_after_populate": json.loads(path.read_text()) if path.is_file() else None}
 

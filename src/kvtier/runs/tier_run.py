@@ -9,7 +9,8 @@
                  pool: `l2_eviction`) and the pool files leave the page cache
     shared_pool  the same on the shared-pool directory (a second local directory unless configured otherwise)
 
-and R3's run, `cross_instance`: two vLLM + LMCache pairs on the shared pool, A populates, B resumes.
+R3's run, `cross_instance`, is kvtier.runs.cross_instance's: two vLLM + LMCache pairs in turn on the shared
+pool, A populates and hands off, B resumes.
 
 Each tier is one `kvtier bench` cold-resume run (populate once, then evict and resume at each concurrency; recompute,
 which keeps no KV, populates one session as a warm-up),
@@ -23,7 +24,6 @@ records which servers it shared, and the second of a pair found them warm.
 from __future__ import annotations
 
 import functools
-import json
 import os
 import shutil
 import time
@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..bench.runner import BenchConfig, Runner, reset_prefix_cache
-from ..core.atomic import write_text
 from ..core.errors import KvtierError
 from ..core.tiers import CROSS_INSTANCE, L2_TIERS, SHARED_SERVERS, TIER_NAMES
 from ..probes import pagecache, platform_probe, quiet
@@ -41,7 +40,6 @@ from ..stack.lmcache_server import LMCacheServer
 from ..stack.model import kv_bytes_per_token
 from ..stack.vllm_server import VllmServer
 
-POOL_FILE = "pool_after_populate.json"
 L2_EVICTIONS = ("clear", "restart")
 
 
@@ -121,6 +119,9 @@ class TierStack:
     def __init__(self, tiers: str | tuple[str, ...], settings: TierSettings, log_dir: Path, clear_pool: bool = True):
         tiers = (tiers,) if isinstance(tiers, str) else tuple(tiers)
         for tier in tiers:
+            if tier == CROSS_INSTANCE:
+                raise KvtierError(f"{CROSS_INSTANCE} is R3's run of two instances in turn: `kvtier r3-populate`, then "
+                                  "`kvtier r3-resume` (kvtier.runs.cross_instance)")
             if tier not in TIER_NAMES:
                 raise KvtierError(f"unknown tier {tier!r} (tiers: {', '.join(TIER_NAMES)})")
         if len(tiers) > 1 and tiers not in SHARED_SERVERS:
@@ -264,7 +265,7 @@ def probe_platform(settings: TierSettings, run_dir: Path) -> dict:
                                 lmcache_build=settings.lmcache_build or None)
 
 
-def _bench_config(stack: TierStack, settings: TierSettings, evict: str, **extra) -> BenchConfig:
+def bench_config(stack: TierStack, settings: TierSettings, evict: str, **extra) -> BenchConfig:
     return BenchConfig(base_url=stack.vllm.base_url, model=settings.served_name, workload="cold-resume",
                        sessions=settings.sessions, context_tokens=settings.context_tokens,
                        followup_tokens=settings.followup_tokens, output_tokens=settings.output_tokens,
@@ -294,7 +295,7 @@ def run_tiers(tiers: tuple[str, ...] | list[str], settings: TierSettings,
     # Refuses a bad tier, pair or model, writing nothing; the servers' logs go with the run that starts them.
     stack = TierStack(tiers, settings, run_dirs[0] / "server_logs")
     for run_dir in run_dirs:
-        _refuse_existing(run_dir)
+        refuse_existing(run_dir)
     summaries = []
     with stack:
         for at, (tier, run_dir) in enumerate(zip(tiers, run_dirs)):
@@ -302,7 +303,7 @@ def run_tiers(tiers: tuple[str, ...] | list[str], settings: TierSettings,
             # Recompute keeps no KV: populating every session would cost as much as a resume window and change
             # nothing it measures, so one session warms the server instead.
             warmup = {"populate_sessions": 1} if tier == "recompute" else {}
-            cfg = _bench_config(stack, settings, f"tier:{tier}", metrics_urls=stack.metrics_urls(), **warmup)
+            cfg = bench_config(stack, settings, f"tier:{tier}", metrics_urls=stack.metrics_urls(), **warmup)
             metadata = {"tier": tier, "pool": str(stack.pool) if stack.pool else None,
                         "servers": server_commands(stack), "platform": PLATFORM_FILE,
                         # The tiers these servers measured, and before this one; their logs are in the first's run.
@@ -314,50 +315,6 @@ def run_tiers(tiers: tuple[str, ...] | list[str], settings: TierSettings,
     return summaries
 
 
-def _refuse_existing(run_dir: Path) -> None:
+def refuse_existing(run_dir: Path) -> None:
     if (run_dir / "run.json").exists():
         raise KvtierError(f"{run_dir}: already holds a run; choose a new run directory")
-
-
-class _ReaderEviction:
-    """Instance B's eviction before each resume. Before the first, B has never seen a session (its engine cache
-    and L1 are empty by construction), so only the pool's page cache is dropped: B's LMCache, running since
-    before A wrote anything, finds A's chunks on the shared pool by itself. Before every later resume B holds
-    the sessions from the previous one, so it is evicted like an L2 tier (`l2_eviction`)."""
-
-    def __init__(self, reader: TierStack, run_dir: Path):
-        self.reader, self.run_dir, self.calls = reader, run_dir, 0
-
-    def __call__(self) -> None:
-        self.calls += 1
-        if self.calls == 1:
-            state = wait_pool_settled(self.reader.pool)
-            write_text(self.run_dir / POOL_FILE, json.dumps({"after_populate_by": "writer", **state}, indent=2)
-                       + "\n")
-            pagecache.drop(self.reader.pool)
-        else:
-            self.reader.evict()
-
-
-def run_cross_instance(settings: TierSettings, run_dir: str | os.PathLike) -> dict:
-    """R3: two vLLM instances, each with its own LMCache server, on one shared pool. Instance A (the writer)
-    populates every session; instance B (the reader) resumes them at each concurrency. B's /metrics are the
-    window's `vllm` and `lmcache` sources (attribution), A's are recorded as `writer_vllm` / `writer_lmcache`."""
-    run_dir = Path(run_dir)
-    logs = run_dir / "server_logs"
-    writer = TierStack("shared_pool", settings, logs / "writer")  # refuses a bad model, writing nothing
-    reader = TierStack("shared_pool", settings, logs / "reader", clear_pool=False)
-    _refuse_existing(run_dir)
-    probe_platform(settings, run_dir)
-    start_together(writer, reader)  # the writer launches first and empties the pool; the reader keeps what is there
-    try:
-        urls = {**reader.metrics_urls(), **{f"writer_{k}": v for k, v in writer.metrics_urls().items()}}
-        cfg = _bench_config(reader, settings, "cross-instance:shared_pool", metrics_urls=urls,
-                            populate_url=writer.vllm.base_url)
-        metadata = {"tier": CROSS_INSTANCE, "pool": str(reader.pool), "platform": PLATFORM_FILE,
-                    "servers": {"reader": server_commands(reader), "writer": server_commands(writer)}}
-        return Runner(cfg, run_dir, evict=_ReaderEviction(reader, run_dir), progress=False,
-                      labels={"tier": CROSS_INSTANCE}, metadata=metadata, quiet=quiet.hook(settings.quiet)).run()
-    finally:
-        reader.stop()
-        writer.stop()

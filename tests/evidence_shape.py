@@ -1,0 +1,36 @@
+"""The shape of a project's rendered evidence: every file, and for every CSV table its columns and the keys of its
+rows (its first column). Measured numbers differ from run to run; the shape does not, whichever executor ran the
+pipeline. tests/golden/test_preset_evidence.json is the shape of a local run of the test preset:
+
+    snakemake --cores 2 --configfile config/presets/test.yaml          # in a fresh copy of the project
+    python tests/evidence_shape.py . > tests/golden/test_preset_evidence.json
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+# Tables whose rows are what the runs measured differently (R4: the platform fields that differ between runs).
+ROWS_VARY = ("R4/",)
+
+
+def evidence_shape(project: str | Path) -> dict:
+    evidence = Path(project) / "evidence"
+    shape = {}
+    for path in sorted(p for p in evidence.rglob("*") if p.is_file()):
+        name = path.relative_to(evidence).as_posix()
+        if path.suffix != ".csv":
+            shape[name] = None
+            continue
+        table = pd.read_csv(path, dtype=str, keep_default_na=False)
+        shape[name] = {"columns": list(table.columns),
+                       "rows": None if name.startswith(ROWS_VARY) else table.iloc[:, 0].tolist()}
+    return shape
+
+
+if __name__ == "__main__":
+    print(json.dumps(evidence_shape(sys.argv[1] if len(sys.argv) > 1 else "."), indent=1))

@@ -1,0 +1,174 @@
+"""The pipeline on a real Slurm cluster. workflow/scripts/slurm_local.sh stands up a single-node one on this machine
+(as root: it installs slurm-wlm and munge, and starts munged, slurmctld and slurmd); the session's run of the test
+preset (tests/conftest.py `built_run`) then goes through `snakemake --profile profiles/slurm`, and:
+
+- every job went through the scheduler: a Slurm job id for each in Snakemake's output, a Slurm log for each, and
+  each id in the scheduler's own record of finished jobs (the job-completion log), COMPLETED;
+- measurement jobs took the whole node (`--exclusive`), the others did not;
+- R3's instances A and B ran as two jobs, B after A, sharing only the pool;
+- the evidence has the pages and tables of a local run of the same preset (tests/test_workflow.py, against
+  tests/golden/test_preset_evidence.json, whichever executor built it);
+- a killed Snakemake cancels its jobs: nothing left in the queue, no server left running;
+- the teardown leaves no daemon.
+
+Skipped, with the reason printed, when not root or when Slurm cannot start here.
+"""
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import PRESET, slurm_local, tool_env
+
+pytestmark = pytest.mark.workflow
+
+JOBCOMP = Path("/var/log/slurm/kvtier-jobcomp.log")  # slurm_local.sh's JobCompLoc
+DAEMONS = ("munged", "slurmctld", "slurmd", "slurmstepd")
+SUBMITTED = re.compile(r"Job (\d+) has been submitted with SLURM jobid (\d+) \(log: (.+?)\)\.")
+
+
+@pytest.fixture(scope="module")
+def on_slurm(slurm_cluster, request):
+    """The session's run of the test preset, which went through Slurm here."""
+    if slurm_cluster:  # the reason there is no Slurm
+        pytest.skip(slurm_cluster)
+    built_run = request.getfixturevalue("built_run")
+    assert built_run.executor == "slurm"
+    return built_run.project, built_run.output
+
+
+def live(name: str) -> list[int]:
+    """Pids of live processes of that name (zombies are dead: nothing may reap them here)."""
+    pids = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            stat = proc.joinpath("stat").read_text()
+        except OSError:
+            continue
+        comm, state = stat[stat.index("(") + 1:stat.rindex(")")], stat.rsplit(")", 1)[1].split()[0]
+        if comm == name and state != "Z":
+            pids.append(int(proc.name))
+    return pids
+
+
+def submitted(out: str) -> list[dict]:
+    """Every job Snakemake submitted: its Slurm id, rule, wildcards and Slurm log, from Snakemake's output (the
+    executor plugin's logs are .snakemake/slurm_logs/rule_<rule>/<wildcard values>/<id>.log)."""
+    jobs = []
+    for _, slurm_id, log in SUBMITTED.findall(out):
+        parts = Path(log).parts
+        at = parts.index("slurm_logs")
+        jobs.append({"id": slurm_id, "rule": parts[at + 1].removeprefix("rule_"), "wildcards": parts[at + 2:-1],
+                     "log": Path(log)})
+    return jobs
+
+
+def jobcomp() -> dict[str, dict]:
+    """{job id: fields} of every finished job in the scheduler's job-completion log."""
+    records = {}
+    for line in JOBCOMP.read_text().splitlines():
+        fields = dict(item.split("=", 1) for item in line.split() if "=" in item)
+        if "JobId" in fields:
+            records[fields["JobId"]] = fields
+    return records
+
+
+def queue() -> list[str]:
+    return subprocess.run(["squeue", "-h", "-o", "%i %j %T"], capture_output=True, text=True,
+                          check=True).stdout.split("\n")[:-1]
+
+
+def processes_in(project: Path) -> list[int]:
+    """Live processes started in the project (servers run there with relative paths)."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if proc.joinpath("stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                continue
+            cwd = os.readlink(proc / "cwd")
+        except OSError:
+            continue
+        if cwd == str(project) or cwd.startswith(f"{project}/"):
+            found.append(int(proc.name))
+    return [pid for pid in found if pid != os.getpid()]
+
+
+def test_every_job_went_through_the_scheduler(on_slurm):
+    from test_workflow import ALL_JOBS
+    project, out = on_slurm
+    jobs = submitted(out)
+    assert sorted(job["rule"] for job in jobs) == sorted(
+        rule for rule, count in ALL_JOBS.items() if rule != "all" for _ in range(count)), out[-3000:]
+    records = jobcomp()
+    for job in jobs:
+        log = job["log"] if job["log"].is_absolute() else project / job["log"]
+        assert log.is_file(), job
+        assert records.get(job["id"], {}).get("JobState") == "COMPLETED", (job, records.get(job["id"]))
+    assert queue() == []
+
+
+def test_measurement_jobs_took_the_whole_node_and_the_rest_did_not(on_slurm):
+    _, out = on_slurm
+    records = jobcomp()
+    cpus = os.cpu_count()
+    for job in submitted(out):
+        whole = job["rule"].startswith(("tier_run_", "r3_", "r1_reads", "r1_resume", "boundary_cells", "g2_storage",
+                                        "r9_loads", "platform"))
+        assert (int(records[job["id"]]["ProcCnt"]) == cpus) == whole, (job, records[job["id"]])
+
+
+def test_r3_ran_as_two_jobs_handing_off_through_the_pool(on_slurm):
+    project, out = on_slurm
+    campaign = project / "raw_data" / "runs" / "test"
+    for round_ in (1, 2):
+        run_record = json.loads((campaign / f"round-{round_}" / "cross_instance" / "run.json").read_text())
+        handoff = run_record["metadata"]["handoff"]
+        writer, reader = run_record["segments"]
+        assert writer["status"] == "handed-off" and reader["status"] == "complete"
+        assert writer["base_url"] != reader["base_url"] or writer["end"] <= reader["start"]
+        assert handoff["writer_stopped"] <= handoff["reader_started"] and handoff["files"] > 0
+        ids = {job["rule"]: int(job["id"]) for job in submitted(out)
+               if job["rule"] in ("r3_populate", "r3_resume") and job["wildcards"] == (str(round_),)}
+        assert set(ids) == {"r3_populate", "r3_resume"} and ids["r3_populate"] < ids["r3_resume"], ids
+    page = (project / "evidence" / "R3" / "R3.html").read_text()
+    assert "VERIFIED:" in page and "NOT VERIFIED" not in page and "one node" in page
+
+
+def test_a_killed_snakemake_cancels_its_jobs_and_leaves_no_server(on_slurm, tmp_path):
+    project = tmp_path / "kvtier"
+    shutil.copytree(on_slurm[0], project, symlinks=True)
+    target = "raw_data/runs/test/R9"  # vLLM loads: a server up within seconds of the job starting
+    shutil.rmtree(project / target)
+    proc = subprocess.Popen(["snakemake", "--profile", "profiles/slurm", *PRESET, target], cwd=project,
+                            env=tool_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    deadline = time.monotonic() + 600
+    while not [pid for pid in processes_in(project) if b"vllm" in Path(f"/proc/{pid}/cmdline").read_bytes()]:
+        assert proc.poll() is None, proc.stdout.read()[-3000:]
+        assert time.monotonic() < deadline, "no server started under Slurm"
+        time.sleep(1)
+    assert queue(), "the job is not in the queue"
+    proc.send_signal(signal.SIGTERM)  # `kill PID`: what a scheduler or a user does to the Snakemake process
+    out, _ = proc.communicate(timeout=300)
+    deadline = time.monotonic() + 120
+    while (queue() or processes_in(project)) and time.monotonic() < deadline:
+        time.sleep(1)
+    assert queue() == [], "a job was left in the queue"
+    assert processes_in(project) == [], "a server was left running"
+    slurm_id = submitted(out)[-1]["id"]
+    assert jobcomp()[slurm_id]["JobState"] == "CANCELLED", (slurm_id, out[-2000:])
+
+
+def test_the_teardown_leaves_no_daemon(on_slurm):
+    down = slurm_local("down")
+    assert down.returncode == 0, down.stderr
+    assert {name: live(name) for name in DAEMONS} == {name: [] for name in DAEMONS}
+    again = slurm_local("down")  # idempotent
+    assert again.returncode == 0, again.stderr
