@@ -146,7 +146,8 @@ def test_a_killed_snakemake_cancels_its_jobs_and_leaves_no_server(on_slurm, tmp_
     shutil.copytree(on_slurm[0], project, symlinks=True)
     target = "raw_data/runs/test/R9"  # vLLM loads: a server up within seconds of the job starting
     shutil.rmtree(project / target)
-    proc = subprocess.Popen(["snakemake", "--profile", "profiles/slurm", *PRESET, target], cwd=project,
+    # The target first: --configfile takes every word after it.
+    proc = subprocess.Popen(["snakemake", target, "--profile", "profiles/slurm", *PRESET], cwd=project,
                             env=tool_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
     deadline = time.monotonic() + 600
