@@ -18,6 +18,7 @@ include: "workflow/rules/r1.smk"
 include: "workflow/rules/boundary.smk"
 include: "workflow/rules/gates.smk"
 include: "workflow/rules/r9.smk"
+include: "workflow/rules/soak.smk"
 include: "workflow/rules/index.smk"
 
 
@@ -32,4 +33,4 @@ rule all:
     input:
         f"{EVIDENCE}/index.html",
         # The last gate's flag: a run whose gate failed does not reach its target (unless gates.stop_on_fail: false).
-        [f"{GATES_DIR}/G3.proceed"] if GATES_ON else [],
+        [f"{GATES_DIR}/{LAST_GATE}.proceed"] if GATES_ON else [],

@@ -12,20 +12,22 @@
 # ---
 
 # %% [markdown]
-# # The gated joint test, G1 to G3, on this run
+# # The gated joint test, G1 to G4, on this run
 #
 # Document 000 describes the method behind the report's numbers as a gated joint test: **G1** arrival
 # acceptance (the platform is what was ordered), **G2** single-node baseline (what the storage and the engine
 # deliver before any KV is put on them, and whether that is repeatable), **G3** the main gate (the candidate tier
 # against the baseline: TTFT reduction ≥ 25 % and a throughput gain), **G4** a 72-hour stability soak. A failed
 # gate stops the test. Here each gate is a pipeline stage: G1 runs before anything is measured (every
-# measurement needs its PASS), G2 and G3 judge what the run measured. Each writes a verdict record (JSON,
-# `workflow/schemas/gate.schema.yaml`); a FAIL stops the pipeline with the gate's failed lines, unless the
-# config says `gates.stop_on_fail: false`, when every page rendered after it says so at its top.
-# The lines are computed by `kvtier.gates` (`bom`, `g2`, `g3`); this page only shows the records.
+# measurement needs its PASS), G2 and G3 judge what the run measured, and G4 a soak of the offload stack with
+# faults injected, after them (its duration is the config's: minutes here, the published 72 hours on a cluster).
+# Each writes a verdict record (JSON, `workflow/schemas/gate.schema.yaml`); a FAIL stops the pipeline with the
+# gate's failed lines, unless the config says `gates.stop_on_fail: false`, when every page rendered after it says
+# so at its top.
+# The lines are computed by `kvtier.gates` (`bom`, `g2`, `g3`, `g4`); this page only shows the records.
 
 # %% tags=["parameters"]
-gates_dir = "../tests/fixtures/gates"  # a run's gate records (G1.json, G2.json, G3.json, platform.json)
+gates_dir = "../tests/fixtures/gates"  # a run's gate records (G1.json ... G4.json, platform.json)
 out_dir = ""  # evidence folder for gate_lines.csv; empty: write nothing
 
 # %%
@@ -42,8 +44,8 @@ records = page.load(gates_dir)
 #
 # Each gate's own page: G1 is [R6](../R6/R6.html) (its platform record, beside every run's, is
 # [R4](../R4/R4.html)); G2 is [R7](../R7/R7.html), which reuses R1's fio rounds ([R1](../R1/R1.html)) and the
-# campaign's rounds ([R2_local](../R2_local/R2_local.html)), which G3 judges too. G4, the soak (evidence R5), is
-# not yet run by this pipeline: its place is kept here.
+# campaign's rounds ([R2_local](../R2_local/R2_local.html)), which G3 judges too; G4 is the soak,
+# [R5](../R5/R5.html), with its windows and faults.
 
 # %% tags=["nbval-check-output"]
 print(page.summary(records).to_string(index=False))
@@ -104,6 +106,24 @@ if "G3" in records:
     note = " ".join(records["G3"]["notes"])  # gates.g3.why
     display(Markdown(f"**Why this comparison.** {note}" if note else ""))
     display(page.styled_verdicts(page.g3_table(records["G3"])))
+
+# %% [markdown]
+# ## G4 — the stability soak (evidence R5)
+#
+# Failed requests outside the injected faults, TTFT p99 drift and memory growth over the steady windows, the pool
+# held under its budget by eviction, and each injected fault detected and recovered from; a corrupted chunk
+# handed to the engine fails its line, and a changed output is a wrong answer.
+
+# %% tags=["nbval-check-output"]
+if "G4" in records:
+    print(f"G4 {records['G4']['verdict']}")
+    print(page.g4_table(records["G4"]).drop(columns="why").to_string(index=False))
+else:
+    print("G4 was not run (the soak is off, or an earlier gate stopped the run)")
+
+# %%
+if "G4" in records:
+    display(page.styled_verdicts(page.g4_table(records["G4"])))
 
 # %% [markdown]
 # ## The records

@@ -43,6 +43,23 @@ def run(cmd: list[str], cwd: Path, check: bool = True, timeout: float = 900) -> 
 NOT_PROJECT = {".venv", ".snakemake", ".git", "logs", "__pycache__", ".pytest_cache"}
 
 
+def processes_mentioning(text: str) -> list[int]:
+    """Live processes whose command line, or whose working directory, mentions `text` (a rule's servers run in
+    the project with relative paths, so their command lines alone would not name it)."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if proc.joinpath("stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                continue  # dead, waiting to be reaped
+            cmdline = proc.joinpath("cmdline").read_bytes().decode(errors="replace")
+            cwd = os.readlink(proc / "cwd")
+        except OSError:
+            continue
+        if text in cmdline or cwd == text or cwd.startswith(text.rstrip("/") + "/"):
+            found.append(int(proc.name))
+    return [pid for pid in found if pid != os.getpid()]
+
+
 def project_files() -> list[str]:
     """Files a fresh clone would have, plus files not yet committed (but never ignored ones)."""
     try:

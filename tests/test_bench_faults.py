@@ -98,3 +98,40 @@ def test_a_run_directory_is_never_overwritten(instrument, tmp_path):
     bench(instrument, tmp_path / "run")
     with pytest.raises(KvtierError, match="already holds a run"):
         bench(instrument, tmp_path / "run")
+
+
+def test_a_kept_alive_connection_the_server_has_since_closed_is_not_reused(monkeypatch):
+    """Servers close idle kept-alive connections (uvicorn, which vLLM runs, after 5 s); a request written into one is
+    lost unanswered. The client opens a new connection instead, for a connection seen closed and for one idle
+    longer than the server may keep it (kvtier.bench.http.MAX_IDLE_NS)."""
+    import asyncio
+
+    from kvtier.bench import backend, http
+    from kvtier.bench.instrument import InstrumentServer
+    from kvtier.bench.records import new_record
+
+    async def exchange(conn, endpoint, n):
+        prepared = backend.prepare(endpoint, "completions", f"r{n}", "t",
+                                   backend.body("completions", "instrument", [1, 2, 3], 4), {})
+        return await backend.execute(conn, prepared, new_record("run", 1, f"r{n}", "t", None, {}), 5.0)
+
+    async def scenario(pause_s):
+        port = free_port()
+        server = await InstrumentServer(port, mode="idle-close").start()
+        endpoint = http.Endpoint.parse(f"http://127.0.0.1:{port}")
+        conn = http.Connection(endpoint)
+        try:
+            first = await exchange(conn, endpoint, 1)
+            await asyncio.sleep(pause_s)  # the server closes its end after 0.2 s
+            second = await exchange(conn, endpoint, 2)
+        finally:
+            conn.close()
+            server.close()
+        return first, second
+
+    first, second = asyncio.run(scenario(0.5))
+    assert first["error"] is None and second["error"] is None, second["error"]
+    # Idle past the limit, reopened before the server could close it: here the limit is shorter than its 0.2 s.
+    monkeypatch.setattr(http, "MAX_IDLE_NS", 50_000_000)
+    first, second = asyncio.run(scenario(0.1))
+    assert first["error"] is None and second["error"] is None, second["error"]

@@ -73,6 +73,7 @@ COMMANDS = {
     "boundary-run": ["--boundary-dir", "{d}/b", "--settings", "{{}}"],
     "g2-storage": ["--run-dir", "{d}/run", "--settings", "{{}}"],
     "r9-loads": ["--run-dir", "{d}/run", "--settings", "{{}}"],
+    "soak": ["--run-dir", "{d}/run", "--settings", "{{}}"],
 }
 
 

@@ -46,3 +46,15 @@ def test_every_rule_asks_a_cluster_for_its_kind_of_job():
              for name, body in blocks.items() if name != "all"}
     assert {name: kind for name, kind in kinds.items() if kind != ("measurement" if name in measuring else "small")
             } == {}
+
+
+def test_short_jobs_go_to_a_cluster_in_groups_and_measurements_never_do():
+    """Every render and the index in `pages`, the builds and models in `prepare` (profiles/slurm merges its
+    components into one job); no measurement in any group, so each keeps a node of its own."""
+    blocks = rules()
+    groups = {name: re.search(r'    group:\n\s+"(\w+)"', body) for name, body in blocks.items()}
+    groups = {name: found.group(1) for name, found in groups.items() if found}
+    assert {name for name in blocks if name.startswith("render_")} | {"index", "boundary"} == {
+        name for name, group in groups.items() if group == "pages"}
+    assert {name for name, group in groups.items() if group == "prepare"} == {"lmcache_build", "model", "model_r9"}
+    assert [name for name in groups if "**MEASURE_JOB," in blocks[name]] == []

@@ -25,13 +25,18 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PRESET, slurm_local, tool_env
+from conftest import PRESET, processes_mentioning, slurm_local, tool_env
 
 pytestmark = pytest.mark.workflow
 
 JOBCOMP = Path("/var/log/slurm/kvtier-jobcomp.log")  # slurm_local.sh's JobCompLoc
 DAEMONS = ("munged", "slurmctld", "slurmd", "slurmstepd")
-SUBMITTED = re.compile(r"Job (\d+) has been submitted with SLURM jobid (\d+) \(log: (.+?)\)\.")
+# The rules of measurement jobs (kvtier.runs.cluster), by name or prefix.
+MEASURING = ("tier_run_", "r3_", "r1_reads", "r1_resume", "boundary_cells", "g2_storage", "r9_loads", "platform",
+             "soak")
+SUBMITTED = re.compile(r"Job (\S+) has been submitted with SLURM jobid (\d+) \(log: (.+?)\)\.")
+# What a Slurm job ran: the Snakemake inside it (the jobstep executor) is given its jobs as `--target-jobs`.
+TARGETS = re.compile(r"--target-jobs (.+?) --")
 
 
 @pytest.fixture(scope="module")
@@ -58,15 +63,17 @@ def live(name: str) -> list[int]:
     return pids
 
 
-def submitted(out: str) -> list[dict]:
-    """Every job Snakemake submitted: its Slurm id, rule, wildcards and Slurm log, from Snakemake's output (the
-    executor plugin's logs are .snakemake/slurm_logs/rule_<rule>/<wildcard values>/<id>.log)."""
+def submitted(out: str, project: Path | None = None) -> list[dict]:
+    """Every Slurm job Snakemake submitted, from Snakemake's output: its Slurm id, its Slurm log (the executor
+    plugin's .snakemake/slurm_logs/rule_<rule>/<wildcard values>/<id>.log, or group_<group>/... for a group of
+    short jobs), and, where the project is given, the jobs it ran: (rule, wildcards) from that log."""
     jobs = []
     for _, slurm_id, log in SUBMITTED.findall(out):
-        parts = Path(log).parts
-        at = parts.index("slurm_logs")
-        jobs.append({"id": slurm_id, "rule": parts[at + 1].removeprefix("rule_"), "wildcards": parts[at + 2:-1],
-                     "log": Path(log)})
+        job = {"id": slurm_id, "log": Path(log)}
+        if project is not None:
+            text = (job["log"] if job["log"].is_absolute() else project / job["log"]).read_text()
+            job["ran"] = sorted(tuple(target.split(":", 1)) for target in TARGETS.search(text).group(1).split())
+        jobs.append(job)
     return jobs
 
 
@@ -85,43 +92,35 @@ def queue() -> list[str]:
                           check=True).stdout.split("\n")[:-1]
 
 
-def processes_in(project: Path) -> list[int]:
-    """Live processes started in the project (servers run there with relative paths)."""
-    found = []
-    for proc in Path("/proc").glob("[0-9]*"):
-        try:
-            if proc.joinpath("stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
-                continue
-            cwd = os.readlink(proc / "cwd")
-        except OSError:
-            continue
-        if cwd == str(project) or cwd.startswith(f"{project}/"):
-            found.append(int(proc.name))
-    return [pid for pid in found if pid != os.getpid()]
-
-
 def test_every_job_went_through_the_scheduler(on_slurm):
     from test_workflow import ALL_JOBS
     project, out = on_slurm
-    jobs = submitted(out)
-    assert sorted(job["rule"] for job in jobs) == sorted(
+    jobs = submitted(out, project)
+    assert sorted(rule for job in jobs for rule, _ in job["ran"]) == sorted(
         rule for rule, count in ALL_JOBS.items() if rule != "all" for _ in range(count)), out[-3000:]
+    # The short jobs went in groups (profiles/slurm): fewer submissions than jobs.
+    # (A group that merges components is named by its rules: group_prepare_lmcache_build_model_model_r9.)
+    groups = [part for job in jobs for part in job["log"].parts if part.startswith("group_")]
+    assert [g.split("_")[1] for g in groups] == ["prepare", "pages"], groups
     records = jobcomp()
     for job in jobs:
-        log = job["log"] if job["log"].is_absolute() else project / job["log"]
-        assert log.is_file(), job
         assert records.get(job["id"], {}).get("JobState") == "COMPLETED", (job, records.get(job["id"]))
     assert queue() == []
 
 
 def test_measurement_jobs_took_the_whole_node_and_the_rest_did_not(on_slurm):
-    _, out = on_slurm
+    project, out = on_slurm
     records = jobcomp()
     cpus = os.cpu_count()
-    for job in submitted(out):
-        whole = job["rule"].startswith(("tier_run_", "r3_", "r1_reads", "r1_resume", "boundary_cells", "g2_storage",
-                                        "r9_loads", "platform"))
-        assert (int(records[job["id"]]["ProcCnt"]) == cpus) == whole, (job, records[job["id"]])
+    for job in submitted(out, project):
+        whole = {rule.startswith(MEASURING) for rule, _ in job["ran"]}
+        assert len(whole) == 1, job  # never a measurement in a group with anything else
+        whole = whole.pop()
+        procs = int(records[job["id"]]["ProcCnt"])
+        if whole or len(job["ran"]) == 1:
+            assert (procs == cpus) == whole, (job, records[job["id"]])
+        else:  # a group of short jobs asks for what its jobs side by side need, never the node's exclusivity
+            assert procs <= cpus, (job, records[job["id"]])
 
 
 def test_r3_ran_as_two_jobs_handing_off_through_the_pool(on_slurm):
@@ -134,8 +133,8 @@ def test_r3_ran_as_two_jobs_handing_off_through_the_pool(on_slurm):
         assert writer["status"] == "handed-off" and reader["status"] == "complete"
         assert writer["base_url"] != reader["base_url"] or writer["end"] <= reader["start"]
         assert handoff["writer_stopped"] <= handoff["reader_started"] and handoff["files"] > 0
-        ids = {job["rule"]: int(job["id"]) for job in submitted(out)
-               if job["rule"] in ("r3_populate", "r3_resume") and job["wildcards"] == (str(round_),)}
+        ids = {rule: int(job["id"]) for job in submitted(out, project) for rule, wildcards in job["ran"]
+               if rule in ("r3_populate", "r3_resume") and wildcards == f"round={round_}"}
         assert set(ids) == {"r3_populate", "r3_resume"} and ids["r3_populate"] < ids["r3_resume"], ids
     page = (project / "evidence" / "R3" / "R3.html").read_text()
     assert "VERIFIED:" in page and "NOT VERIFIED" not in page and "one node" in page
@@ -151,7 +150,8 @@ def test_a_killed_snakemake_cancels_its_jobs_and_leaves_no_server(on_slurm, tmp_
                             env=tool_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
     deadline = time.monotonic() + 600
-    while not [pid for pid in processes_in(project) if b"vllm" in Path(f"/proc/{pid}/cmdline").read_bytes()]:
+    while not [pid for pid in processes_mentioning(str(project))
+               if b"vllm" in Path(f"/proc/{pid}/cmdline").read_bytes()]:
         assert proc.poll() is None, proc.stdout.read()[-3000:]
         assert time.monotonic() < deadline, "no server started under Slurm"
         time.sleep(1)
@@ -159,10 +159,10 @@ def test_a_killed_snakemake_cancels_its_jobs_and_leaves_no_server(on_slurm, tmp_
     proc.send_signal(signal.SIGTERM)  # `kill PID`: what a scheduler or a user does to the Snakemake process
     out, _ = proc.communicate(timeout=300)
     deadline = time.monotonic() + 120
-    while (queue() or processes_in(project)) and time.monotonic() < deadline:
+    while (queue() or processes_mentioning(str(project))) and time.monotonic() < deadline:
         time.sleep(1)
     assert queue() == [], "a job was left in the queue"
-    assert processes_in(project) == [], "a server was left running"
+    assert processes_mentioning(str(project)) == [], "a server was left running"
     slurm_id = submitted(out)[-1]["id"]
     assert jobcomp()[slurm_id]["JobState"] == "CANCELLED", (slurm_id, out[-2000:])
 

@@ -14,26 +14,9 @@ import pytest
 from kvtier.runs.campaign import attribution
 from kvtier.stack.process import group_members
 
-from conftest import copy_project, tool_env
+from conftest import copy_project, processes_mentioning, tool_env
 
 pytestmark = pytest.mark.vllm
-
-
-def processes_mentioning(text: str) -> list[int]:
-    """Live processes whose command line, or whose working directory, mentions `text` (a rule's servers run in
-    the project with relative paths, so their command lines alone would not name it)."""
-    found = []
-    for proc in Path("/proc").glob("[0-9]*"):
-        try:
-            if proc.joinpath("stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
-                continue  # dead, waiting to be reaped
-            cmdline = proc.joinpath("cmdline").read_bytes().decode(errors="replace")
-            cwd = os.readlink(proc / "cwd")
-        except OSError:
-            continue
-        if text in cmdline or cwd == text or cwd.startswith(text.rstrip("/") + "/"):
-            found.append(int(proc.name))
-    return [pid for pid in found if pid != os.getpid()]
 
 
 def wait_for(path: Path, timeout_s: float = 300, proc=None) -> None:

@@ -27,11 +27,13 @@ R2_OUTPUTS = ["R2.html", "R2.ipynb", "R2_table.csv", "R2_pool_vs_local_disk.csv"
 ALL_JOBS = {"model": 1, "lmcache_build": 2, "tier_run_recompute_engine": 2, "tier_run_dram_local_disk": 2,
             "tier_run_shared_pool": 2, "r3_populate": 2, "r3_resume": 2, "campaign": 1, "render_R2_local": 1,
             "render_R3": 1, "r1_reads": 1, "r1_resume": 1, "render_R1": 1, "render_R2": 1, "render_audit": 1,
-            "boundary_cells": 1, "boundary": 1, "render_B": 1, "platform": 1, "gate_g1": 1, "gate_proceed": 3,
+            "boundary_cells": 1, "boundary": 1, "render_B": 1, "platform": 1, "gate_g1": 1, "gate_proceed": 4,
             "g2_storage": 1, "gate_g2": 1, "gate_g3": 1, "render_gates": 1, "model_r9": 1, "r9_loads": 1,
-            "render_R9": 1, "render_R4": 1, "render_R6": 1, "render_R7": 1, "index": 1, "all": 1}
+            "render_R9": 1, "render_R4": 1, "render_R6": 1, "render_R7": 1, "soak": 1, "gate_g4": 1, "render_R5": 1,
+            "index": 1, "all": 1}
 # What a run measures: none of it may start before G1 has passed.
-MEASUREMENTS = ("tier_run", "r3_populate", "r3_resume", "r1_reads", "r1_resume", "boundary_cells", "g2_storage", "r9_loads")
+MEASUREMENTS = ("tier_run", "r3_populate", "r3_resume", "r1_reads", "r1_resume", "boundary_cells", "g2_storage", "r9_loads",
+                "soak")
 
 
 def jobs_of_dry_run(project, configfiles=("config/presets/test.yaml",)) -> dict[str, int]:
@@ -329,7 +331,10 @@ def test_the_gates_ran_in_order_before_what_they_gate_and_their_page_shows_every
     from kvtier.gates import g3, page, record
     campaign = built / "raw_data" / "runs" / "test"
     records = page.load(campaign / "gates")
-    assert list(records) == ["G1", "G2", "G3"]
+    assert list(records) == ["G1", "G2", "G3", "G4"]
+    # G4 judged the soak, which started after G3's verdict and ended before G4's.
+    soak = json.loads((campaign / "soak" / "run.json").read_text())
+    assert records["G3"]["checked_at"] <= soak["start"] <= soak["end"] <= records["G4"]["checked_at"]
     # The default bill describes this machine: G1 passes, and it was checked before anything was measured.
     assert records["G1"]["verdict"] == "PASS", record.failed_lines(records["G1"])
     assert records["G1"]["checked_at"] <= min(run_starts(campaign))
@@ -351,7 +356,9 @@ def test_the_gates_ran_in_order_before_what_they_gate_and_their_page_shows_every
     for gate, r in records.items():
         assert f"{r['title']}" in html and f"{gate} {r['verdict']}" in html
     assert "local_disk" in html and "sequential write" in html and "folders of one disk" in html
-    rendered = read_table(built / "evidence" / "gates" / page.LINES_FILE).astype({"figure": str}).fillna({"unit": ""})
+    # A line with no figure (G4's UNDECIDED ones) is an empty cell.
+    rendered = read_table(built / "evidence" / "gates" / page.LINES_FILE).fillna({"unit": "", "figure": ""}).astype(
+        {"figure": str})
     pd.testing.assert_frame_equal(rendered, page.all_lines(records).reset_index(drop=True), check_dtype=False)
     index = (built / "evidence" / "index.html").read_text()
     assert all(f'href="{page}"' in index for page in ("gates/gates.html", "R6/R6.html", "R7/R7.html"))

@@ -322,6 +322,43 @@ def _cmd_gate_g3(args) -> int:
     return 0 if g3.verdict(rows) == g3.PASS else 1
 
 
+def _cmd_soak(args) -> None:
+    import shutil
+
+    from .runs.soak import SoakSettings, run_soak
+    settings = _settings(SoakSettings, args.settings, "--settings")  # refuses bad settings before anything is removed
+    if args.replace:
+        if args.resume:
+            raise KvtierError("--resume and --replace: one or the other")
+        shutil.rmtree(args.run_dir, ignore_errors=True)
+    run = run_soak(settings, args.run_dir, resume=args.resume)
+    segment = run["segments"][-1]
+    print(f"soak {run['status']}: {args.run_dir} (soak clock {segment['soak_from_s']:g} to {segment['soak_to_s']:g} s "
+          f"of {run['config']['duration_s']:g})")
+
+
+def _cmd_gate_g4(args) -> int:
+    from dataclasses import asdict
+
+    from .evidence import r5
+    from .gates import g4, record
+    settings = _settings(g4.G4Settings, args.settings, "--settings")
+    data = r5.load(args.soak_dir)
+    if data["run"]["status"] != "complete":
+        raise KvtierError(f"{args.soak_dir}: the soak is {data['run']['status']!r}; resume it (kvtier soak --resume) "
+                          "before judging it")
+    rows = g4.lines(data, r5.windows(data), settings)
+    print(g4.text(rows))
+    if args.out:
+        inputs = [Path(args.soak_dir) / name for name in ("run.json", "requests.jsonl", "samples.jsonl",
+                                                                "events.jsonl")]
+        share = r5.monitor_share(data)
+        notes = [f"the telemetry thread used {100 * share:.2f} % of one CPU" if share is not None else
+                 "the telemetry's CPU share is unknown (fewer than two samples)"]
+        record.write(args.out, record.make("G4", g4.verdict(rows), rows, inputs, asdict(settings), notes))
+    return 0 if g4.verdict(rows) == g4.PASS else 1
+
+
 def _cmd_gate_proceed(args) -> None:
     from .gates import record
     flag = record.proceed(args.record, args.flag, stop_on_fail=bool(args.stop_on_fail))
@@ -529,6 +566,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--settings", required=True, help="JSON of kvtier.runs.boundary.BoundarySettings")
     p.set_defaults(func=_cmd_boundary_run)
 
+    p = sub.add_parser("soak", help="G4's stability soak (R5): the offload stack under open-loop arrivals for a "
+                       "duration, with scheduled faults, telemetry every few seconds; resumable")
+    p.add_argument("--run-dir", required=True, help="the soak's run directory (new, or the one to resume)")
+    p.add_argument("--settings", required=True, help="JSON of kvtier.runs.soak.SoakSettings")
+    p.add_argument("--resume", action="store_true", help="continue the soak stopped in --run-dir")
+    p.add_argument("--replace", action="store_true", help="remove what --run-dir holds and soak anew")
+    p.set_defaults(func=_cmd_soak)
+
     p = sub.add_parser("boundary", help="aggregate a boundary run's rounds: B_rounds.csv, attribution, outputs")
     p.add_argument("boundary_dir")
     p.set_defaults(func=_cmd_boundary)
@@ -596,6 +641,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="write the verdict record (JSON) here")
     p.set_defaults(func=_cmd_gate_g3)
 
+    p = sub.add_parser("gate-g4", help="G4 stability soak: failures, drift, growth, the pool and every injected "
+                       "fault of a finished soak; exit 0 on PASS, 1 on FAIL")
+    p.add_argument("--soak-dir", required=True, help="a soak's run directory (kvtier soak)")
+    p.add_argument("--settings", default="{}", help="JSON of kvtier.gates.g4.G4Settings")
+    p.add_argument("--out", default=None, help="write the verdict record (JSON) here")
+    p.set_defaults(func=_cmd_gate_g4)
+
     p = sub.add_parser("gate-proceed", help="let what comes after a gate start: write FLAG when RECORD passed; "
                        "on FAIL exit non-zero naming the failed lines (unless --stop-on-fail 0)")
     p.add_argument("record", help="a gate's verdict record")
@@ -613,7 +665,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 # The commands that measure: each holds the node's measurement lock while it runs (kvtier.core.node_lock), so
 # that two never overlap on one machine, whichever processes or scheduler jobs started them.
-MEASURING = ("tier-run", "r3-populate", "r3-resume", "r1-reads", "r1-resume", "boundary-run", "g2-storage", "r9-loads")
+MEASURING = ("tier-run", "r3-populate", "r3-resume", "r1-reads", "r1-resume", "boundary-run", "g2-storage", "r9-loads",
+             "soak")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,6 +2,8 @@
 
 
 rule render_audit:
+    group:
+        "pages"
     message:
         "A: every registered claim recomputed from the published readings, with a verdict"
     input:

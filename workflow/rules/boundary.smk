@@ -29,6 +29,8 @@ rule boundary_cells:
 
 
 rule boundary:
+    group:
+        "pages"
     message:
         "Boundary {params.boundary_dir}: per-round cells, attribution and outputs"
     input:
@@ -51,6 +53,8 @@ rule boundary:
 
 
 rule render_B:
+    group:
+        "pages"
     message:
         "B: where engine memory beats offload on this machine, from {input.rounds}"
     input:

@@ -17,6 +17,7 @@ from kvtier.runs import boundary as kvtier_boundary
 from kvtier.runs import cluster as kvtier_cluster
 from kvtier.runs import campaign as kvtier_campaign
 from kvtier.runs import order as kvtier_order
+from kvtier.runs import soak as kvtier_soak
 from kvtier.core import tiers as kvtier_tiers
 
 # Name every layer of the merged config, so the message points at the file that holds the bad key.
@@ -65,6 +66,8 @@ _SERVER = {("vllm_extra_args" if key == "extra_args" else key): value for key, v
 TIER_SETTINGS = json.dumps({"model_dir": MODEL_DIR, "served_name": MODEL["served_name"], **_SERVER,
                             "lmcache_build": LMCACHE_BUILD, "lmcache_transfer": LMCACHE["transfer"],
                             "l2_load_concurrency": LMCACHE["load_concurrency"] if PATCHES else None,
+                            "l2_verify_checksum": LMCACHE["verify_checksum"] if PATCHES else None,
+                            "l2_adopt_existing": LMCACHE["adopt_existing"] if PATCHES else None,
                             "l2_use_odirect": LMCACHE["use_odirect"], "quiet": QUIET,
                             **{key: value for key, value in RUNS.items()
                                if key not in ("enabled", "campaign", "tiers", "cross_instance", "server", "rounds",
@@ -153,6 +156,27 @@ R9_SETTINGS = json.dumps({"paths": {"local_disk": RUNS["local_disk_path"], "shar
                                                                        "tensor_parallel_size", "dtype",
                                                                        "gpu_memory_utilization", "vllm_extra_args")}})
 
+# G4's stability soak (kvtier.runs.soak; evidence R5), after G3, on the tier runs' model, build and server settings
+# with the soak's own capacity, L1, pool and budget.
+SOAK = config["soak"]
+SOAK_ON = SOAK["enabled"] and GATES_ON
+SOAK_DIR = f"{CAMPAIGN_DIR}/soak"
+_SOAK_SERVERS = {**json.loads(TIER_SETTINGS), "engine_kv_tokens": SOAK["engine_kv_tokens"],
+                 "max_model_len": SOAK["max_model_len"], "lmcache_l1_gb": SOAK["lmcache_l1_gb"],
+                 "shared_pool_path": SOAK["pool_path"]}
+SOAK_SETTINGS = json.dumps({"servers": _SOAK_SERVERS,
+                            **{k: v for k, v in SOAK.items() if k not in ("enabled", "engine_kv_tokens",
+                                                                         "max_model_len", "lmcache_l1_gb",
+                                                                         "pool_path")}})
+if SOAK_ON:
+    try:
+        kvtier_soak.SoakSettings(**json.loads(SOAK_SETTINGS))  # refuses a bad workload or fault schedule at load
+    except KvtierError as exc:
+        sys.exit(f"kvtier: {_config_source}: soak: {exc}")
+G4_SETTINGS = json.dumps(GATES["g4"])
+# The last gate: the run's target waits for its flag.
+LAST_GATE = "G4" if SOAK_ON else "G3"
+
 # R4: the platform record of every run of the campaign (kvtier.evidence.r4): the runs (directory outputs, and G1's
 # record), and the records in them that the page's manifest hashes.
 _PLATFORM = "probes/platform.json"  # kvtier.probes.platform_probe.PLATFORM_FILE
@@ -162,12 +186,16 @@ R4_RUNS = ([TIER_RUN_DIR.format(round=r, tier=k) for r, k in SCHEDULE]
            + ([R9_DIR] if R9_ON else []))
 PLATFORM_RECORDS = ([f"{run}/{_PLATFORM}" for run in R4_RUNS if run != f"{R1_DIR}/resume"]
                     + ([f"{R1_DIR}/resume/{sub}/{_PLATFORM}" for sub in ("resume", "engine_hit")] if R1["enabled"] else [])
-                    + ([f"{GATES_DIR}/platform.json"] if GATES_ON else []))
+                    + ([f"{GATES_DIR}/platform.json"] if GATES_ON else [])
+                    + ([f"{SOAK_DIR}/{_PLATFORM}"] if SOAK_ON else []))
+# What R4 waits for: the runs, and the soak's record (its run directory is no rule's output: kvtier.runs.soak).
+R4_INPUTS = R4_RUNS + ([f"{SOAK_DIR}/{_PLATFORM}"] if SOAK_ON else [])
 
 # Evidence items this run builds (catalog ids), and the evidence folder of each.
 ITEMS = (list(config["replay"]["items"]) + (["A"] if config["audit"]["enabled"] else []) + (["R1"] if R1["enabled"] else [])
          + (["R2_local", "R4"] if RUNS["enabled"] else []) + (["R3"] if RUNS["enabled"] and RUNS["cross_instance"] else [])
-         + (["B"] if BOUNDARY["enabled"] else []) + (["R9"] if R9_ON else []) + (["R6", "R7", "G"] if GATES_ON else []))
+         + (["B"] if BOUNDARY["enabled"] else []) + (["R9"] if R9_ON else []) + (["R5"] if SOAK_ON else [])
+         + (["R6", "R7", "G"] if GATES_ON else []))
 FOLDERS = [CATALOG[item].folder for item in ITEMS]
 SOURCES = sorted(glob.glob(f"{PUBLISHED}/sources/*.txt"))
 

@@ -1,8 +1,9 @@
 # The gated joint test (kvtier.gates; on with the campaign, GATES_ON): G1 arrival acceptance before any measurement
-# (every measurement rule needs G1_FLAG), G2 single-node baseline and G3 main gate on what the run measured, then
-# their page. A gate is two rules: one writes its verdict record whatever it says; `gate_proceed` writes the flag
-# the next stage needs, or fails naming the gate, its failed lines and the record (Snakemake removes a failed job's
-# outputs, so the record must come from a job of its own to survive a FAIL).
+# (every measurement rule needs G1_FLAG), G2 single-node baseline and G3 main gate on what the run measured, G4 the
+# stability soak after them (workflow/rules/soak.smk), then their page. A gate is two rules: one writes its verdict
+# record whatever it says; `gate_proceed` writes the flag the next stage needs, or fails naming the gate, its failed
+# lines and the record (Snakemake removes a failed job's outputs, so the record must come from a job of its own to
+# survive a FAIL).
 
 
 rule platform:
@@ -155,6 +156,8 @@ rule gate_proceed:
 
 
 rule render_gates:
+    group:
+        "pages"
     message:
         "Gates: G1 to G3 verdicts with their figures and records"
     input:
@@ -162,6 +165,7 @@ rule render_gates:
         g1=rules.gate_g1.output.record,
         g2=rules.gate_g2.output.record,
         g3=rules.gate_g3.output.record,
+        g4=[f"{GATES_DIR}/G4.json"] if SOAK_ON else [],
         platform=rules.platform.output.record,
     output:
         html=f"{EVIDENCE}/gates/gates.html",
@@ -186,6 +190,8 @@ rule render_gates:
 
 
 rule render_R6:
+    group:
+        "pages"
     message:
         "R6: G1 arrival acceptance, the platform against its bill of materials"
     input:
@@ -214,6 +220,8 @@ rule render_R6:
 
 
 rule render_R7:
+    group:
+        "pages"
     message:
         "R7: G2 single-node baseline, what each tier path and the engine deliver"
     input:

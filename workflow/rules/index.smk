@@ -2,6 +2,8 @@
 
 
 rule index:
+    group:
+        "pages"
     message:
         "The evidence index and manifest: {output.html}"
     input:

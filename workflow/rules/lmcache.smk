@@ -2,6 +2,8 @@
 
 
 rule lmcache_build:
+    group:
+        "prepare"
     message:
         "LMCache build {wildcards.variant}: the pinned upstream wheel{params.with_patches}"
     input:

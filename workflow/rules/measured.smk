@@ -2,6 +2,8 @@
 
 
 rule render_R2_local:
+    group:
+        "pages"
     message:
         "R2_local: the tier runs of campaign {params.campaign} in the published R2 table's shape"
     input:
@@ -36,6 +38,8 @@ rule render_R2_local:
 
 
 rule render_R3:
+    group:
+        "pages"
     message:
         "R3: instance B resuming from the pool instance A wrote (campaign {params.campaign})"
     input:
@@ -70,11 +74,13 @@ rule render_R3:
 
 
 rule render_R4:
+    group:
+        "pages"
     message:
         "R4: the platform and stack record of every run of campaign {params.campaign}, side by side"
     input:
         notebook="notebooks/R4.ipynb",
-        runs=R4_RUNS,
+        runs=R4_INPUTS,
         gate=G1_RECORD,
     output:
         html=f"{EVIDENCE}/R4/R4.html",

@@ -2,6 +2,8 @@
 
 
 rule model:
+    group:
+        "prepare"
     message:
         "The model every tier serves, generated locally: {output.config}"
     output:

@@ -48,6 +48,8 @@ rule r1_resume:
 
 
 rule render_R1:
+    group:
+        "pages"
     message:
         "R1: the parallel-read patch against upstream and the device, from {input.reads}"
     input:

@@ -3,6 +3,8 @@
 
 
 rule model_r9:
+    group:
+        "prepare"
     message:
         "R9's model, generated locally and larger than the served one: {output.config}"
     output:
@@ -47,6 +49,8 @@ rule r9_loads:
 
 
 rule render_R9:
+    group:
+        "pages"
     message:
         "R9: model-weight load per tier path, cold and warm, from {input.loads}"
     input:

@@ -2,6 +2,8 @@
 
 
 rule render_R2:
+    group:
+        "pages"
     message:
         "R2: the published tiered cold-resume table regenerated from its readings"
     input:

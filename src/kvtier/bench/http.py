@@ -15,6 +15,10 @@ from typing import AsyncIterator
 from urllib.parse import urlsplit
 
 READ_SIZE = 1 << 20
+# A kept-alive connection idle longer than this is not reused: servers close idle ones (uvicorn, which vLLM runs,
+# after 5 s), and a request written into a connection the server is closing dies unanswered, counted as failed
+# though the server never saw it (an open-loop soak at one request a second hit this every few seconds).
+MAX_IDLE_NS = 3_000_000_000
 
 
 class HTTPError(Exception):
@@ -65,8 +69,11 @@ class Connection:
         self.last_read_ns = 0  # arrival time of the newest bytes in the buffer
 
     async def _ensure_open(self) -> None:
-        if self.writer is not None and not self.writer.is_closing():
-            return
+        if self.writer is not None:
+            idle = time.monotonic_ns() - self.last_read_ns
+            if not self.writer.is_closing() and not self.reader.at_eof() and idle < MAX_IDLE_NS:
+                return
+            self.close()
         self.buffer.clear()
         self.reader, self.writer = await asyncio.wait_for(
             asyncio.open_connection(self.endpoint.host, self.endpoint.port, limit=READ_SIZE),

@@ -2,7 +2,10 @@
 for vLLM. It measures what the client itself costs (the server has nothing to compute), and it injects the
 faults a real server cannot be made to produce on demand (malformed events, a dropped stream, a hang).
 
-    python -m kvtier.bench.instrument --port 8999 --tokens 4 [--mode ok|malformed|status500|drop|hang|no-done]
+    python -m kvtier.bench.instrument --port 8999 --tokens 4 [--mode ok|malformed|status500|drop|hang|no-done|idle-close]
+
+idle-close answers like ok, then closes a kept-alive connection 0.2 s after each response, as servers close
+idle ones (uvicorn after 5 s).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import sys
 import time
 import zlib
 
-MODES = ("ok", "malformed", "status500", "drop", "hang", "no-done")
+MODES = ("ok", "malformed", "status500", "drop", "hang", "no-done", "idle-close")
 MODEL = "instrument"
 
 
@@ -104,6 +107,8 @@ class _Protocol(asyncio.Protocol):
             self.transport.close()
         else:
             self.transport.write(server.response)
+            if server.mode == "idle-close":
+                asyncio.get_running_loop().call_later(0.2, self.transport.close)
         server.requests += 1
 
 

@@ -38,7 +38,10 @@ CATALOG = (
          "and recompute, and B's outputs against recompute"),
     Item("R4", "Platform and software stack (measured here)", "the platform record of every run of the campaign "
          "side by side: one column per run directory, the fields that differ highlighted"),
-    Item("R5", "G4 stability soak", "72 h soak"),
+    Item("R5", "G4 stability soak (measured here)", "the offload stack under open-loop sessions for the configured "
+         "duration (published: 72 h) with faults injected: LMCache and vLLM killed and restarted, the pool's disk "
+         "full, chunks corrupted in place; window-by-window TTFT, throughput, tier hits, memory and pool size, and "
+         "G4's verdict"),
     Item("R6", "G1 arrival acceptance (measured here)", "the platform record against the bill of materials "
          "(gates.g1.expect), line by line with the value found, checked before anything is measured"),
     Item("R7", "G2 single-node baseline (measured here)", "each tier path's fio write, read and 4 KiB random read "
@@ -50,9 +53,10 @@ CATALOG = (
          "6.2–9.3× on Atlas 910B, against an unstated baseline)"),
     Item("A", "Claims audit", "every numeric claim of both documents, recomputed from the published readings, "
          "with a verdict and cross-checks", slug="audit"),
-    Item("G", "The gated joint test, G1 to G3 (measured here)", "document 000's gates on this run: the platform "
+    Item("G", "The gated joint test, G1 to G4 (measured here)", "document 000's gates on this run: the platform "
          "against its bill of materials (G1), the baseline's stability and floors (G2), the candidate tier against "
-         "the baseline by intervals (G3); each verdict with its failed lines and record", slug="gates"),
+         "the baseline by intervals (G3), the stability soak with faults (G4); each verdict with its failed lines "
+         "and record", slug="gates"),
     Item("B", "Engine memory vs offload boundary", "where engine memory beats offload, by concurrency × context, "
          "under a TTFT SLA"),
 )

@@ -102,3 +102,45 @@ def r9_chart(loads: pd.DataFrame) -> alt.LayerChart:
                  alt.Tooltip("high:Q", format=".3f")])
     whiskers = base.mark_rule().encode(x=x, xOffset=offset, y="low:Q", y2="high:Q")
     return (bars + whiskers).properties(width=460, height=240).configure_axis(labelFontSize=11, titleFontSize=12)
+
+
+# R5's panels: (title, {column: series label}); each panel one y axis.
+SOAK_PANELS = (
+    ("TTFT (s)", {"ttft_p50_s": "p50", "ttft_p99_s": "p99"}),
+    ("output tok/s", {"output_tok_s": "output tok/s"}),
+    ("prompt tokens from", {"engine_frac": "engine", "l1_frac": "L1 (DRAM)", "l2_frac": "L2 (pool)",
+                            "recompute_frac": "recomputed"}),
+    ("anonymous RSS (MB)", {"vllm_anon_mb": "vLLM", "lmcache_anon_mb": "LMCache"}),
+    ("pool (MB)", {"pool_mb": "pool bytes", "free_mb": "free on its file system"}),
+)
+
+
+def soak_chart(windows: pd.DataFrame, faults: pd.DataFrame) -> alt.VConcatChart:
+    """R5: the soak's windows over the soak clock, one panel per reading that has values, every fault a vertical rule
+    at the second it fired (labelled with its kind)."""
+    marks = faults.loc[~faults["skipped"].astype(bool) & faults["fired_s"].notna(), ["fired_s", "kind"]] if not faults.empty else pd.DataFrame(
+        columns=["fired_s", "kind"])
+    # The axis covers the soak and every fault (one that fired late, after a long recovery, included).
+    end = float(max([windows["end_s"].max(), *marks["fired_s"].tolist()]))
+    panels = []
+    for title, series in SOAK_PANELS:
+        long = windows.melt(id_vars=["start_s", "end_s"], value_vars=list(series), var_name="column",
+                            value_name="value").dropna(subset=["value"])
+        if long.empty:  # nothing recorded for this reading (an empty panel has no size to draw)
+            continue
+        long["value"] = long["value"].astype(float)
+        long["series"] = long["column"].map(series)
+        long["mid_s"] = (long["start_s"] + long["end_s"]) / 2
+        x = alt.X("mid_s:Q", title="soak clock (s)", scale=alt.Scale(domain=[0, end]))
+        lines = alt.Chart(long).mark_line(point=alt.OverlayMarkDef(size=30)).encode(
+            x=x, y=alt.Y("value:Q", title=title),
+            color=alt.Color("series:N", title=None, sort=list(series.values()), legend=alt.Legend(orient="right")),
+            tooltip=["series", alt.Tooltip("mid_s:Q", title="s"), alt.Tooltip("value:Q", format=".4g")])
+        rules = alt.Chart(marks).mark_rule(color="#c0392b", strokeDash=[4, 3]).encode(
+            x=alt.X("fired_s:Q", scale=alt.Scale(domain=[0, end])), tooltip=["kind"])
+        labels = alt.Chart(marks).mark_text(align="left", dx=3, dy=-4, fontSize=9, color="#c0392b", baseline="top",
+                                            y=0).encode(x="fired_s:Q", text="kind:N")
+        panels.append(alt.layer(lines, rules, labels).resolve_scale(color="independent")
+                      .properties(width=560, height=110))
+    return (alt.vconcat(*panels, title="R5 (measured here): the G4 soak, window by window; faults in red")
+            .resolve_scale(color="independent").configure_axis(labelFontSize=10, titleFontSize=11))

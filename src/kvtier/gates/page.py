@@ -1,5 +1,6 @@
-"""What the gates page (notebooks/gates.py) shows, from the verdict records of one run (kvtier.gates.record):
-the gates in order with their verdicts, then each gate's lines, and what each tier path delivers (G2)."""
+"""What the gates page (notebooks/gates.py) and R5 show, from the verdict records of one run
+(kvtier.gates.record): the gates in order with their verdicts, then each gate's lines, and what each tier path
+delivers (G2)."""
 
 from __future__ import annotations
 
@@ -79,14 +80,20 @@ def g3_table(g3: dict) -> pd.DataFrame:
                           "threshold": f"≥ {r['threshold_pct']:g}", "verdict": r["verdict"]} for r in g3["lines"]])
 
 
+def g4_table(g4: dict) -> pd.DataFrame:
+    return pd.DataFrame([{"line": r["name"], "figure": r.get("figure"), "limit": r.get("limit"),
+                          "verdict": r["verdict"], "why": r.get("why", "")} for r in g4["lines"]])
+
+
 def all_lines(records: dict[str, dict]) -> pd.DataFrame:
     """Every gate's lines in one table (the page's gate_lines.csv): gate, line, verdict, and the line's figure."""
     rows = []
     for gate, r in records.items():
         for line in r["lines"]:
-            figure = line.get("median", line.get("point_pct", line.get("found")))
+            figure = line.get("median", line.get("point_pct", line.get("found", line.get("figure"))))
             # as text: G1's values are text, numbers and lists; the others' numbers are printed as Python does
-            rows.append({"gate": gate, "line": line["name"], "verdict": line["verdict"], "figure": shown(figure),
+            rows.append({"gate": gate, "line": line["name"], "verdict": line["verdict"],
+                         "figure": "" if figure is None else shown(figure),
                          "unit": line.get("unit", "%" if gate == "G3" else "")})
     return pd.DataFrame(rows)
 
@@ -98,6 +105,6 @@ def write_evidence(records: dict[str, dict], out_dir: str | os.PathLike) -> list
 def styled_verdicts(frame: pd.DataFrame, column: str = "verdict"):
     """Red for a failed word, green for a passed one."""
     colours = {PASS: "#1e8449", stats.MET: "#1e8449", FAIL: "#c0392b", stats.NOT_MET: "#c0392b",
-               stats.UNDECIDED: "#b9770e"}
+               stats.UNDECIDED: "#b9770e"}  # G4's UNDECIDED is the same word
     return (frame.style.hide(axis="index").format(precision=3, na_rep="")
             .map(lambda v: f"color: {colours[v]}; font-weight: bold" if v in colours else "", subset=[column]))

@@ -74,6 +74,12 @@ class TierSettings:
     lmcache_build: str = ""
     l2_load_concurrency: int | None = None
     l2_use_odirect: bool = True  # the fs adapter's own O_DIRECT switch (reads and writes bypass the page cache)
+    # A CRC-32 per chunk file, checked on every load, a mismatch a miss (patches/0003; None: the adapter's default,
+    # off, and the only way of the upstream build, which hands a damaged chunk to the engine as KV).
+    l2_verify_checksum: bool | None = None
+    # Count the chunk files already in the pool at start as stored (patches/0004), so that a restarted LMCache's
+    # eviction budget covers them too; None: the adapter's default, off.
+    l2_adopt_existing: bool | None = None
     # How the LMCache server hands KV to the vLLM worker: a shared-memory L1 ("shm") or pickles over IPC.
     lmcache_transfer: str = "shm"
     # Quiet preconditions before every measured window (kvtier.probes.quiet.QuietBounds fields); None: no check.
@@ -81,6 +87,9 @@ class TierSettings:
     # How an L2 tier empties the engine's cache and LMCache's L1 before a resume: through the servers' APIs
     # ("clear": vLLM's /reset_prefix_cache and LMCache's /cache/clear) or by restarting both ("restart").
     l2_eviction: str = "clear"
+    # The pool's byte budget (GB) under LMCache's own eviction (kvtier.stack.lmcache_server); None: unbounded, as
+    # LMCache's fs adapter is by itself.
+    l2_quota_gb: float | None = None
 
     def __post_init__(self):
         if self.l2_eviction not in L2_EVICTIONS:
@@ -142,10 +151,15 @@ class TierStack:
                        if settings.l2_load_concurrency is not None else {})
             if self.pool is not None and settings.l2_use_odirect:
                 options["use_odirect"] = True
+            for option in ("verify_checksum", "adopt_existing"):
+                value = getattr(settings, f"l2_{option}")
+                if self.pool is not None and value is not None:
+                    options[option] = value
             self.lmcache = LMCacheServer(log_path=str(log_dir / "lmcache.log"), l1_size_gb=settings.lmcache_l1_gb,
                                          l2_path=str(self.pool) if self.pool else None, l2_options=options,
                                          site=str(Path(settings.lmcache_build) / build["site"]) if build else None,
-                                         transfer=settings.lmcache_transfer)
+                                         transfer=settings.lmcache_transfer,
+                                         l2_quota_gb=settings.l2_quota_gb if self.pool else None)
         self.prefix_caching = tiers != ("recompute",)
         kv_bytes = (settings.engine_kv_tokens * kv_bytes_per_token(settings.model_dir, settings.dtype)
                     if settings.engine_kv_tokens else None)

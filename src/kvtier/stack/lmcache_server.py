@@ -30,6 +30,10 @@ class LMCacheServer(ManagedProcess):
     # How KV reaches the vLLM worker: "shm" (L1 in a shared-memory segment the worker maps) or "pickle" (serialized
     # over the IPC socket; LMCache's default, two-thirds of a 12k-token L2 resume here).
     transfer: str = "shm"
+    # A byte budget for the L2 pool (GB): LMCache's IsolatedLRU eviction keeps what this server stores there under
+    # it (its fs adapter has no capacity of its own, so no other policy ever evicts from it). The budget lives in
+    # the server's memory: it is set again at every start.
+    l2_quota_gb: float | None = None
     port: int = 0
     http_port: int = 0
     extra_args: list[str] = field(default_factory=list)
@@ -73,7 +77,10 @@ class LMCacheServer(ManagedProcess):
         if self.shm_name:
             cmd += ["--shm-name", self.shm_name]
         if self.l2_path:
-            cmd += ["--l2-adapter", json.dumps({"type": "fs", "base_path": str(self.l2_path), **self.l2_options})]
+            adapter = {"type": "fs", "base_path": str(self.l2_path), **self.l2_options}
+            if self.l2_quota_gb is not None:
+                adapter["eviction"] = {"eviction_policy": "IsolatedLRU"}
+            cmd += ["--l2-adapter", json.dumps(adapter)]
         return cmd + list(self.extra_args)
 
     def environment(self) -> dict[str, str]:
@@ -85,6 +92,23 @@ class LMCacheServer(ManagedProcess):
 
     def ready(self) -> bool:
         return web.answers(self.metrics_url)
+
+    def wait_ready(self):
+        super().wait_ready()
+        if self.l2_path and self.l2_quota_gb is not None:
+            self.set_l2_quota(self.l2_quota_gb)
+        return self
+
+    def set_l2_quota(self, limit_gb: float) -> None:
+        """The L2 byte budget of un-salted traffic (all of kvtier's; PUT /quota/_default), enforced by IsolatedLRU
+        at its next eviction cycle (about a second)."""
+        url = f"http://127.0.0.1:{self.http_port}/quota/_default"
+        try:
+            answer = json.loads(web.request(url, payload={"limit_gb": limit_gb}, method="PUT", timeout_s=30))
+        except web.ERRORS as exc:
+            raise KvtierError(f"LMCache: PUT {url} failed ({exc}); log {self.log_path}") from None
+        if answer.get("status") != "ok":
+            raise KvtierError(f"LMCache: PUT {url} answered {answer}")
 
     def clear_l1(self) -> None:
         """Empty L1 through the server's own HTTP API (POST /cache/clear): what a restart would empty, without
