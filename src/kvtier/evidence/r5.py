@@ -21,11 +21,10 @@ import pandas as pd
 from ..bench.records import latest_per_request, read_records
 from ..core.config import read_json
 from ..core.errors import KvtierError
+from ..runs.campaign import L1_HITS, L2_HITS, SOURCE
 
 NS = 1e9
 MB = 1024 * 1024
-SOURCE = "vllm:prompt_tokens_by_source_total"
-L1_HITS, L2_HITS = "lmcache_mp_lookup_hit_l1_tokens_total", "lmcache_mp_lookup_hit_l2_tokens_total"
 L2_STORED = "lmcache_mp_l2_store_completed_objects_chunks_total"
 L2_LOADED = "lmcache_mp_l2_prefetch_load_completed_chunks_total"
 # Events that start a fault's disturbance, and those that end it (kvtier.runs.soak's events.jsonl).

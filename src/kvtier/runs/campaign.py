@@ -47,7 +47,8 @@ SOURCE = 'vllm:prompt_tokens_by_source_total'
 L1_HITS, L2_HITS = "lmcache_mp_lookup_hit_l1_tokens_total", "lmcache_mp_lookup_hit_l2_tokens_total"
 
 
-def _sum(deltas: dict, name: str, label: str | None = None) -> float:
+def series_sum(deltas: dict, name: str, label: str | None = None) -> float:
+    """The sum of a metric's series (`name`, any labels; those whose labels contain `label` when given)."""
     return sum(v for k, v in deltas.items() if k.split("{", 1)[0] == name and (label is None or label in k))
 
 
@@ -57,10 +58,10 @@ def token_sources(window: dict) -> dict:
     vllm = window["server_metrics"].get("vllm", {}).get("deltas", {})
     lmcache = window["server_metrics"].get("lmcache", {}).get("deltas", {})
     return {"prompt_tokens": window["prompt_tokens"],
-            "local_compute": _sum(vllm, SOURCE, 'source="local_compute"'),
-            "local_cache_hit": _sum(vllm, SOURCE, 'source="local_cache_hit"'),
-            "external_kv_transfer": _sum(vllm, SOURCE, 'source="external_kv_transfer"'),
-            "l1_hit_tokens": _sum(lmcache, L1_HITS), "l2_hit_tokens": _sum(lmcache, L2_HITS)}
+            "local_compute": series_sum(vllm, SOURCE, 'source="local_compute"'),
+            "local_cache_hit": series_sum(vllm, SOURCE, 'source="local_cache_hit"'),
+            "external_kv_transfer": series_sum(vllm, SOURCE, 'source="external_kv_transfer"'),
+            "l1_hit_tokens": series_sum(lmcache, L1_HITS), "l2_hit_tokens": series_sum(lmcache, L2_HITS)}
 
 
 def attribution(tier: str, window: dict, handoff: dict | None = None) -> dict:

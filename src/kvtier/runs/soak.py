@@ -41,6 +41,7 @@ from ..core.errors import KvtierError
 from ..core.vcs import git_revision
 from ..probes import pagecache
 from ..stack import shm
+from .campaign import L2_HITS, SOURCE, series_sum
 from .soak_faults import Fault, PoolFileSystem, chunk_files, fill, flip_bytes, kill_group, schedule, seconds, unfill
 from .soak_monitor import SAMPLES_FILE, Monitor, pool_usage
 from .soak_workload import SoakWorkload, stream
@@ -127,10 +128,6 @@ def unfinished(pool: Path) -> list[Path]:
     for path in stale:
         path.unlink(missing_ok=True)
     return stale
-
-
-def _total(delta: dict[str, float], name: str, label: str = "") -> float:
-    return sum(value for key, value in delta.items() if key.split("{", 1)[0] == name and label in key)
 
 
 def read_events(run_dir: str | os.PathLike) -> list[dict]:
@@ -316,9 +313,8 @@ class Soak:
                     "chunks": probe["chunks"], "first_output": probe["first"]["output_text"],
                     "again_output": again["output_text"], "error": again["error"],
                     "first_error": probe["first"]["error"],
-                    "l2_hit_tokens": _total(delta["lmcache"], "lmcache_mp_lookup_hit_l2_tokens_total"),
-                    "external_tokens": _total(delta["vllm"], "vllm:prompt_tokens_by_source_total",
-                                              'source="external_kv_transfer"'),
+                    "l2_hit_tokens": series_sum(delta["lmcache"], L2_HITS),
+                    "external_tokens": series_sum(delta["vllm"], SOURCE, 'source="external_kv_transfer"'),
                     "identical": (again["error"] is None and probe["first"]["error"] is None
                                   and again["output_text"] == probe["first"]["output_text"])}
             return outcome
