@@ -27,6 +27,7 @@ from typing import Callable
 from ..bench import metrics
 from ..core import web
 from ..stack.process import group_members
+from .tier_run import pool_state
 
 SAMPLES_FILE = "samples.jsonl"
 # The /metrics series a sample keeps (by name prefix): enough for the windows, a few hundred bytes a sample.
@@ -66,25 +67,14 @@ def group_usage(pid: int | None) -> dict:
 
 
 def pool_usage(directory: str | os.PathLike) -> dict:
-    """Chunk files (`*.data`, the fs adapter's finished writes) and their bytes, files in flight, and the free bytes
-    of the file system the pool is on."""
-    files = size = pending = 0
-    for root, _, names in os.walk(directory):
-        for name in names:
-            try:
-                length = os.stat(os.path.join(root, name)).st_size
-            except OSError:
-                continue
-            if name.endswith(".data"):
-                files, size = files + 1, size + length
-            else:
-                pending += 1
+    """The pool's chunk files, bytes and files in flight (kvtier.runs.tier_run.pool_state), and the free bytes of
+    the file system it is on."""
     try:
         stat = os.statvfs(directory)
         free = stat.f_bavail * stat.f_frsize
     except OSError:
         free = None
-    return {"files": files, "bytes": size, "pending": pending, "free_bytes": free}
+    return {**pool_state(directory), "free_bytes": free}
 
 
 def counters(url: str, timeout_s: float = 2.0) -> dict[str, float] | None:

@@ -98,11 +98,20 @@ class TierSettings:
 
 def pool_state(directory: str | os.PathLike) -> dict:
     """Chunk files in a pool and their bytes; `pending` counts files still being written (the fs adapter
-    writes a temporary name, then renames)."""
-    files = [p for p in Path(directory).rglob("*") if p.is_file()]
-    pending = [p for p in files if not p.name.endswith(".data")]
-    done = [p for p in files if p.name.endswith(".data")]
-    return {"files": len(done), "bytes": sum(p.stat().st_size for p in done), "pending": len(pending)}
+    writes a temporary name, then renames). A file removed while the pool is listed is left out."""
+    files = pending = size = 0
+    for path in Path(directory).rglob("*"):
+        try:
+            if not path.is_file():
+                continue
+            length = path.stat().st_size
+        except FileNotFoundError:  # removed while listed: LMCache's eviction, a rename
+            continue
+        if path.name.endswith(".data"):
+            files, size = files + 1, size + length
+        else:
+            pending += 1
+    return {"files": files, "bytes": size, "pending": pending}
 
 
 def wait_pool_settled(directory: str | os.PathLike, timeout_s: float = 120.0, quiet_s: float = 1.5) -> dict:
