@@ -90,3 +90,18 @@ def test_every_cluster_example_is_a_valid_override_with_a_loadable_bill(example)
     jobs = cluster.job_resources(cfg["cluster"], cfg["runs"]["server"]["platform"],
                                  cfg["runs"]["server"]["tensor_parallel_size"])
     assert jobs["measurement"].get("gpu") == cfg["runs"]["server"]["tensor_parallel_size"]
+
+
+def test_a_mapping_given_with_snakemake_config_is_typed_as_yaml_types_it():
+    retype = config.retype_overrides
+    # What Snakemake hands over for `--config soak='{enabled: true, faults: [{at: 20s, kind: kill_vllm}]}'
+    # gates='{g4: {failed_budget: 2}}' render=...`: every scalar of a mapping a string (YAML's BaseLoader).
+    merged = {"soak": {"enabled": "true", "duration": "10m", "window_s": 60},
+              "gates": {"g4": {"failed_budget": "2"}, "enabled": True}}
+    args = ["soak={enabled: true, faults: [{at: 20s, kind: kill_vllm}]}", "gates={g4: {failed_budget: 2}}",
+            "campaign_note=plain text", "broken={unclosed"]
+    merged = retype(merged, args)
+    assert merged["soak"] == {"enabled": True, "duration": "10m", "window_s": 60,
+                              "faults": [{"at": "20s", "kind": "kill_vllm"}]}
+    assert merged["gates"] == {"g4": {"failed_budget": 2}, "enabled": True}
+    assert "campaign_note" not in merged and "broken" not in merged  # scalars and unreadable values: as they were

@@ -103,7 +103,7 @@ def reads(lmcache_builds, tmp_path_factory):
     settings = r1_run.ReadSettings(pool_path=str(base / "pool"), local_disk_path=str(base / "local"),
                                     builds={name: str(path) for name, (path, _) in lmcache_builds.items()},
                                     chunks=24, chunk_mib=0.5, load_concurrency=4, queue_depths=[1, 4], rounds=2,
-                                    checkpoint=CKPT, quiet=QUIET)
+                                    checkpoint=CKPT, quiet=QUIET, verify_checksum=True)
     run_dir = base / "R1" / "reads"
     return settings, run_dir, r1_run.run_reads(settings, run_dir)
 
@@ -113,10 +113,15 @@ def test_reads_alternate_the_builds_and_every_load_starts_cold(reads):
     assert run["status"] == "complete" and run["page_cache"].startswith("O_DIRECT")
     loads = [json.loads(line) for line in (run_dir / r1_run.COLDREAD_FILE).read_text().splitlines()]
     # Builds and the patched build's load bounds (fio's depths and the configured bound) alternate their order.
+    # With verify_checksum, the patched build also loads at the configured bound checking every chunk's CRC-32.
     assert [(r["round"], r["build"], r["load_concurrency"]) for r in loads] == [
-        (0, "upstream", 1), (0, "patched", 1), (0, "patched", 4), (1, "patched", 4), (1, "patched", 1),
-        (1, "upstream", 1)]
+        (0, "upstream", 1), (0, "patched", 1), (0, "patched", 4), (0, "patched_checksum", 4),
+        (1, "patched_checksum", 4), (1, "patched", 4), (1, "patched", 1), (1, "upstream", 1)]
     by_build = {r["build"]: r for r in loads}
+    # Every file was written with its checksum before the first load, so the checked loads had each one to check;
+    # the upstream build knows no checksums.
+    assert by_build["patched_checksum"]["verify_checksum"] and by_build["patched_checksum"]["files_with_checksum"] == 24
+    assert not by_build["patched"]["verify_checksum"] and by_build["upstream"]["files_with_checksum"] is None
     assert by_build["patched"]["adapter_reads_concurrently"] and not by_build["upstream"]["adapter_reads_concurrently"]
     assert by_build["patched"]["lmcache_version"].startswith("0.5.6+kvtier.")
     assert by_build["upstream"]["lmcache_version"] == "0.5.6"
@@ -137,7 +142,7 @@ def test_r1_tables_and_targets_come_from_the_records(reads):
     _, run_dir, _ = reads
     measured = r1.load(run_dir.parent)
     coldread = measured.coldread.set_index(["build", "load_concurrency"])
-    assert list(coldread.index) == [("upstream", 1), ("patched", 1), ("patched", 4)]
+    assert list(coldread.index) == [("upstream", 1), ("patched", 1), ("patched", 4), ("patched_checksum", 4)]
     rounds = measured.coldread_rounds
     for (build, bound), row in coldread.iterrows():
         values = rounds[(rounds["build"] == build) & (rounds["load_concurrency"] == bound)]["gb_per_s"]
@@ -172,6 +177,12 @@ def test_r1_tables_and_targets_come_from_the_records(reads):
     assert configured["figure"] == pytest.approx(paired(4, 4).median())
     upstream = targets.filter(like="/ upstream", axis=0).iloc[0]
     assert upstream["figure"] == pytest.approx(paired(best).median())
+    checksum = targets.filter(like="CRC-32", axis=0).iloc[0]
+    checked = read_rounds[read_rounds["build"] == "patched_checksum"].set_index("round")["gb_per_s"]
+    unchecked = read_rounds[(read_rounds["build"] == "patched") & (read_rounds["load_concurrency"] == 4)]
+    assert checksum["figure"] == pytest.approx((checked / unchecked.set_index("round")["gb_per_s"]).median())
+    assert checksum["threshold"] == 0.9 and checksum["at_least"] and "24 files" in checksum["detail"]
+    assert measured.conditions["verify_checksum"] and "CRC-32" in r1.conditions_markdown(measured.conditions)
     assert measured.resume is None  # no resume run in this directory
     text = r1.targets_text(measured)
     assert "best load bound / upstream" in text and "Student's t 95 % on the log mean of 2 rounds" in text
@@ -206,6 +217,21 @@ def test_the_device_rule_picks_the_target_and_the_interval_decides_it():
     # One round decides nothing.
     table, _ = r1.targets(reads((1.0, 1.0, 3.0)), fio((1.0, 1.0)), None, 4)
     assert set(table["verdict"]) == {"UNDECIDED"}
+
+
+def test_a_checksum_load_whose_files_had_no_checksum_is_refused_not_read_as_free():
+    def reads(checksummed):  # patched and patched_checksum at bound 4, two rounds
+        return pd.DataFrame([{"round": r, "build": b, "load_concurrency": 4, "gb_per_s": v, "chunks": 8,
+                              "files_with_checksum": checksummed if b == "patched_checksum" else None}
+                             for r in (0, 1) for b, v in (("upstream", 1.0), ("patched", 2.0),
+                                                          ("patched_checksum", 1.9))])
+
+    fio = pd.DataFrame([{"round": r, "iodepth": 4, "gb_per_s": 2.0} for r in (0, 1)])
+    table, _ = r1.targets(reads(8), fio, None, 4)
+    checksum = table[table["target"].str.contains("CRC-32")].iloc[0]
+    assert checksum["figure"] == pytest.approx(0.95) and checksum["threshold"] == 0.9
+    with pytest.raises(KvtierError, match="patched_checksum load in round 0: only 3 of 8 chunk files carried"):
+        r1.targets(reads(3), fio, None, 4)
 
 
 def test_bad_r1_settings_and_records_are_named(tmp_path, reads):

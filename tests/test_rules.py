@@ -50,11 +50,18 @@ def test_every_rule_asks_a_cluster_for_its_kind_of_job():
 
 def test_short_jobs_go_to_a_cluster_in_groups_and_measurements_never_do():
     """Every render and the index in `pages`, the builds and models in `prepare` (profiles/slurm merges its
-    components into one job); no measurement in any group, so each keeps a node of its own."""
+    components into one job), each gate with the flag that follows it (and G2, G3 with the campaign table they
+    read) in `gates`; no measurement in any group, so each keeps a node of its own."""
     blocks = rules()
     groups = {name: re.search(r'    group:\n\s+"(\w+)"', body) for name, body in blocks.items()}
     groups = {name: found.group(1) for name, found in groups.items() if found}
     assert {name for name in blocks if name.startswith("render_")} | {"index", "boundary"} == {
         name for name, group in groups.items() if group == "pages"}
     assert {name for name, group in groups.items() if group == "prepare"} == {"lmcache_build", "model", "model_r9"}
+    gates = {name: re.search(r'    group:\n\s+(.*GATE_GROUP.*)\n', body) for name, body in blocks.items()}
+    assert {name: found.group(1) for name, found in gates.items() if found} == {
+        "gate_g1": 'GATE_GROUP["G1"]', "gate_g2": 'GATE_GROUP["G2"]', "gate_g3": 'GATE_GROUP["G3"]',
+        "gate_g4": 'GATE_GROUP["G4"]',
+        "gate_proceed": 'lambda wildcards: "pages" if wildcards.gate == LAST_GATE else GATE_GROUP[wildcards.gate]',
+        "campaign": 'GATE_GROUP["G2"]'}
     assert [name for name in groups if "**MEASURE_JOB," in blocks[name]] == []

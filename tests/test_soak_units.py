@@ -250,3 +250,29 @@ def test_a_scheduled_fault_that_never_fired_fails_and_a_skipped_one_is_undecided
     lines = verdicts(data)
     assert lines["pool_full at 100 s"]["verdict"] == "UNDECIDED" and "needs root" in lines["pool_full at 100 s"]["why"]
     assert lines["kill_vllm at 500 s"]["verdict"] == "FAIL"
+
+
+def test_a_fault_this_machine_could_not_inject_is_named_and_left_out_of_the_verdict():
+    data = synthetic(faults=[{"at_s": 100.0, "kind": "pool_full"}],
+                     events=[{"t": 100.0, "kind": "fault", "fault": 0, "skipped": True,
+                              "why": "needs root (a loop-mounted file system)"}])
+    rows = list(verdicts(data).values())
+    # Every other line passes: G4 passes on the faults it injected, and its notes say which one it did not.
+    assert g4.verdict(rows) == "PASS"
+    assert g4.notes(rows) == ["pool_full at 100 s was not injected and is not judged (needs root (a loop-mounted "
+                              "file system))"]
+    assert "5 of 5 lines PASS; 1 fault(s) not injected, not judged" in g4.text(rows)
+    # A line that could be judged and was not still fails the gate.
+    failing = [*rows, {"name": "TTFT p99 drift %", "verdict": "UNDECIDED", "figure": None, "limit": 50, "why": ""}]
+    assert g4.verdict(failing) == "FAIL"
+
+
+def test_rss_growth_is_decided_by_the_interval_of_its_slope():
+    # Peaks that wander by 7 MB from window to window over ten minutes: the slope's interval spans the bound.
+    noisy = verdicts(synthetic(rss=lambda t: 1500 + (7 if int(t // 60) % 2 else -7) + t / 60))
+    line = noisy["vllm RSS growth MB/h"]
+    assert line["verdict"] == "UNDECIDED" and line["low"] < 256 < line["high"], line
+    assert "95 % interval of the slope" in line["why"]
+    # The same wander on a leak of 2 MB a second is a leak whatever the noise.
+    leak = verdicts(synthetic(rss=lambda t: 1500 + (7 if int(t // 60) % 2 else -7) + 2 * t))["vllm RSS growth MB/h"]
+    assert leak["verdict"] == "FAIL" and leak["low"] > 256

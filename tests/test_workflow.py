@@ -36,9 +36,9 @@ MEASUREMENTS = ("tier_run", "r3_populate", "r3_resume", "r1_reads", "r1_resume",
                 "soak")
 
 
-def jobs_of_dry_run(project, configfiles=("config/presets/test.yaml",)) -> dict[str, int]:
+def jobs_of_dry_run(project, configfiles=("config/presets/test.yaml",), extra=()) -> dict[str, int]:
     """{rule: count} from `snakemake -n`'s job stats table."""
-    out = run(["snakemake", "-n", "--cores", "1", "--configfile", *configfiles], cwd=project).stdout
+    out = run(["snakemake", "-n", "--cores", "1", "--configfile", *configfiles, *extra], cwd=project).stdout
     if "Nothing to be done" in out:
         return {}
     stats = out.split("Job stats:", 1)[1].splitlines()
@@ -127,6 +127,9 @@ def test_fresh_copy_dry_run_and_lint_are_clean(project_copy):
     lint = run(["snakemake", "--lint"], cwd=project_copy, check=False)
     assert lint.returncode == 0, lint.stdout + lint.stderr
     assert "Lints for" not in lint.stdout + lint.stderr
+    # The README's `--config soak='{enabled: true}'` (Snakemake hands its scalars over as strings) turns the soak on.
+    jobs = jobs_of_dry_run(project_copy, ("config/config.yaml",), ["--config", "soak={enabled: true}"])
+    assert jobs["soak"] == 1 and jobs["gate_g4"] == 1
 
 
 @pytest.mark.parametrize("bad, named", [
@@ -279,7 +282,8 @@ def test_r1_compares_both_builds_and_resumes_from_l2(built):
     measured = r1.load(built / "raw_data" / "runs" / "test" / "R1")
     versions = dict(zip(measured.coldread["build"], measured.coldread["version"]))
     build = json.loads((built / "build" / "lmcache" / "patched" / "build.json").read_text())
-    assert versions == {"upstream": "0.5.6", "patched": build["version"]}
+    # lmcache.verify_checksum (on by default): the patched build also loads checking each chunk's CRC-32.
+    assert versions == {"upstream": "0.5.6", "patched": build["version"], "patched_checksum": build["version"]}
     assert (measured.coldread_rounds["resident_bytes_before"] == 0).all(), "every timed load started cold"
     resume = measured.resume
     assert len(resume) == 2 and resume["window_valid"].all() and (resume["window_l2_hit_tokens"] > 0).all()
@@ -289,6 +293,7 @@ def test_r1_compares_both_builds_and_resumes_from_l2(built):
     assert measured.conditions["quiet"]["checked"] == measured.conditions["quiet"]["measurements"] > 0
     assert "Quiet check" in page and "timed reads and saves" in page
     assert "fio" in page and "same device" in page and "0.98" in page and "5.23" in page
+    assert "each chunk&#39;s CRC-32" in page or "each chunk's CRC-32" in page
     assert 'href="R1/R1.html"' in (built / "evidence" / "index.html").read_text()
     rendered = read_table(built / "evidence" / "R1" / "R1_targets.csv")
     assert list(rendered["target"]) == list(measured.targets["target"])
@@ -338,6 +343,8 @@ def test_the_gates_ran_in_order_before_what_they_gate_and_their_page_shows_every
     # The default bill describes this machine: G1 passes, and it was checked before anything was measured.
     assert records["G1"]["verdict"] == "PASS", record.failed_lines(records["G1"])
     assert records["G1"]["checked_at"] <= min(run_starts(campaign))
+    # Nothing is measured after the last gate: its flag, the run's exit status, waits for every page.
+    assert (campaign / "gates" / "G4.proceed").stat().st_mtime >= (built / "evidence" / "index.html").stat().st_mtime
     flag = json.loads((campaign / "gates" / "G1.proceed").read_text())
     assert flag == {"gate": "G1", "verdict": "PASS", "record": "raw_data/runs/test/gates/G1.json",
                     "after_failed_gate": False}

@@ -354,7 +354,7 @@ def _cmd_gate_g4(args) -> int:
                                                                 "events.jsonl")]
         share = r5.monitor_share(data)
         notes = [f"the telemetry thread used {100 * share:.2f} % of one CPU" if share is not None else
-                 "the telemetry's CPU share is unknown (fewer than two samples)"]
+                 "the telemetry's CPU share is unknown (fewer than two samples)", *g4.notes(rows)]
         record.write(args.out, record.make("G4", g4.verdict(rows), rows, inputs, asdict(settings), notes))
     return 0 if g4.verdict(rows) == g4.PASS else 1
 

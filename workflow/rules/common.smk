@@ -26,6 +26,8 @@ if workflow.config_settings.config:
     _config_sources.append("--config")
 _config_source = " + ".join(_config_sources)
 try:
+    # Typed as YAML types them: Snakemake reads `--config KEY={...}` with every scalar a string.
+    kvtier_config.retype_overrides(config, workflow.config_settings.config_args)
     kvtier_config.validate(config, source=_config_source)
     # G1's bill of materials names fields of the platform record: a typo is refused here, not read as a FAIL.
     kvtier_bom.load_bill(config["gates"]["g1"]["expect"], source=f"{_config_source}: gates.g1.expect")
@@ -95,6 +97,7 @@ R1_DIR = f"{CAMPAIGN_DIR}/R1"
 R1_READ_SETTINGS = json.dumps({"pool_path": RUNS["shared_pool_path"], "local_disk_path": RUNS["local_disk_path"],
                                "builds": {v: f"build/lmcache/{v}" for v in ("upstream", "patched")},
                                "load_concurrency": LMCACHE["load_concurrency"], "use_odirect": LMCACHE["use_odirect"],
+                               "verify_checksum": LMCACHE["verify_checksum"],
                                "timeout_s": RUNS["timeout_s"], "quiet": QUIET,
                                **{k: R1[k] for k in ("chunks", "chunk_mib", "queue_depths", "rounds", "checkpoint")}})
 R1_RESUME_SETTINGS = json.dumps(R1["resume"])
@@ -123,6 +126,10 @@ GATES_DIR = f"{CAMPAIGN_DIR}/gates"
 # after editing the bill, does not by itself re-measure anything).
 G1_FLAG = [f"{GATES_DIR}/G1.proceed"] if GATES_ON else []
 G1_RECORD = [f"{GATES_DIR}/G1.json"] if GATES_ON else []
+# On a cluster (profiles/slurm) each gate's verdict and its flag go as one job (their `group:`): G2 and G3 with the
+# campaign table they both judge, since G3 waits only for G2's flag. G4 judges the last measurement: it goes with
+# the pages, and so does the last gate's flag, which waits for them (rule gate_proceed).
+GATE_GROUP = {"G1": "gate_G1", "G2": "gates_G2_G3", "G3": "gates_G2_G3", "G4": "pages"}
 if GATES_ON:
     try:
         for _key in ("candidate", "baseline"):

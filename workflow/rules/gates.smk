@@ -34,6 +34,8 @@ rule platform:
 
 
 rule gate_g1:
+    group:
+        GATE_GROUP["G1"]
     message:
         "G1 arrival acceptance: {input.platform} against gates.g1.expect ({params.lines} lines)"
     input:
@@ -79,6 +81,8 @@ rule g2_storage:
 
 
 rule gate_g2:
+    group:
+        GATE_GROUP["G2"]
     message:
         "G2 single-node baseline: storage passes and baseline TTFT stable and over their floors"
     input:
@@ -105,6 +109,8 @@ rule gate_g2:
 
 
 rule gate_g3:
+    group:
+        GATE_GROUP["G3"]
     message:
         "G3 main gate: {params.candidate} against {params.baseline} over the campaign's rounds"
     input:
@@ -129,10 +135,15 @@ rule gate_g3:
 
 
 rule gate_proceed:
+    group:
+        lambda wildcards: "pages" if wildcards.gate == LAST_GATE else GATE_GROUP[wildcards.gate]
     message:
         "{wildcards.gate}: may what comes after it start? ({input.record})"
     input:
         record=f"{GATES_DIR}/{{gate}}.json",
+        # Nothing is measured after the last gate: every page is rendered first (its FAIL on them), then its verdict
+        # is the run's exit status.
+        pages=lambda wildcards: [f"{EVIDENCE}/index.html"] if wildcards.gate == LAST_GATE else [],
     output:
         flag=f"{GATES_DIR}/{{gate}}.proceed",
     wildcard_constraints:

@@ -90,6 +90,8 @@ rule r3_resume:
 
 
 rule campaign:
+    group:
+        GATE_GROUP["G2"]
     message:
         "Campaign {params.campaign}: readings, attribution and correctness from its tier runs"
     input:

@@ -34,6 +34,8 @@ rule soak:
 
 
 rule gate_g4:
+    group:
+        GATE_GROUP["G4"]
     message:
         "G4 stability soak: failures, drift, growth, the pool and every injected fault of {params.run}"
     input:

@@ -85,6 +85,32 @@ def validate(config: dict, source: str = "config", schema_file: str | os.PathLik
     return config
 
 
+def retype_overrides(config: dict, config_args: list[str] | None) -> dict:
+    """Snakemake reads a `--config KEY={...}` mapping (or list) with YAML's BaseLoader, so every scalar in it
+    arrives as a string (`--config soak='{enabled: true}'` gives 'true'). Read each such value again as YAML is
+    read everywhere else and merge it over `config` as Snakemake did (mappings key by key, anything else
+    replaced); scalar overrides (`KEY=3`) Snakemake has typed already. Returns `config`, changed in place."""
+    for arg in config_args or []:
+        key, sep, raw = arg.partition("=")
+        if not sep:
+            continue
+        try:
+            value = yaml.safe_load(raw)
+        except yaml.YAMLError:
+            continue  # Snakemake kept it as it read it; validation names what is wrong with it
+        if isinstance(value, (dict, list)):
+            _merge(config, {key.strip(): value})
+    return config
+
+
+def _merge(into: dict, update: dict) -> None:
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            _merge(into[key], value)
+        else:
+            into[key] = value
+
+
 def load(path: str | os.PathLike) -> dict:
     return validate(load_yaml(path) or {}, source=str(path))
 

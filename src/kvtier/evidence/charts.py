@@ -57,17 +57,19 @@ def to_svg(chart: alt.TopLevelMixin) -> str:
 
 
 def r1_chart(coldread: pd.DataFrame, fio: pd.DataFrame) -> alt.LayerChart:
-    """R1: cold-read GB/s of one LMCache worker, patched at each load bound and upstream (one key at a time), beside
-    fio's direct reads at the same queue depth (median bars, min-max whiskers over the rounds)."""
+    """R1: cold-read GB/s of one LMCache worker, patched at each load bound (and checking chunk checksums at the
+    configured one, where measured) and upstream (one key at a time), beside fio's direct reads at the same queue
+    depth (median bars, min-max whiskers over the rounds)."""
     rows = [{"depth": int(r.iodepth), "reader": "fio direct read (device limit)", "median": r.gb_per_s_median,
              "low": r.gb_per_s_min, "high": r.gb_per_s_max} for r in fio.itertuples()]
-    rows += [{"depth": 1 if r.build == "upstream" else int(r.load_concurrency),
-              "reader": "LMCache upstream (one key at a time)" if r.build == "upstream"
-              else "LMCache patched (load bound = depth)", "median": r.gb_per_s_median, "low": r.gb_per_s_min,
-              "high": r.gb_per_s_max} for r in coldread.itertuples()]
+    names = {"upstream": "LMCache upstream (one key at a time)", "patched": "LMCache patched (load bound = depth)",
+             "patched_checksum": "LMCache patched, each chunk's CRC-32 checked"}
+    rows += [{"depth": 1 if r.build == "upstream" else int(r.load_concurrency), "reader": names[r.build],
+              "median": r.gb_per_s_median, "low": r.gb_per_s_min, "high": r.gb_per_s_max}
+             for r in coldread.itertuples()]
     frame = pd.DataFrame(rows)
-    readers = ["fio direct read (device limit)", "LMCache patched (load bound = depth)",
-               "LMCache upstream (one key at a time)"]
+    readers = ["fio direct read (device limit)", names["patched"], names["patched_checksum"], names["upstream"]]
+    readers = [reader for reader in readers if reader in set(frame["reader"])]
     base = alt.Chart(frame, title="R1 (measured here): cold-read bandwidth, one worker vs the device")
     x = alt.X("depth:O", title="queue depth (fio) / load bound (patched)", axis=alt.Axis(labelAngle=0))
     offset = alt.XOffset("reader:N", sort=readers)

@@ -4,13 +4,16 @@ Runs in a Python that has the LMCache build under test first on its path (PYTHON
 code measures the upstream and the patched adapter (kvtier.runs.r1 starts it once per build and round):
 
     PYTHONPATH=build/lmcache/patched/site python -m kvtier.probes.coldread --pool DIR --chunks 256 --chunk-mib 1 \
-        --load-concurrency 1 2 4 8 16 32 [--odirect]
+        --load-concurrency 1 2 4 8 16 32 [--odirect] [--verify-checksum] [--store-only]
 
 The chunks are written through the adapter itself (its own file names and layout) when the pool lacks them.
 Right before each timed load, the pool's files are dropped from the page cache (posix_fadvise DONTNEED) and the
 bytes still resident are counted (mincore), so the record shows that the load read the device; with --odirect
 the adapter reads with O_DIRECT as well (its own `use_odirect`), into page-aligned buffers as O_DIRECT needs;
-with --quiet, the load waits for a quiet machine (kvtier.probes.quiet) and records what it found.
+with --quiet, the load waits for a quiet machine (kvtier.probes.quiet) and records what it found. With
+--verify-checksum (the patched build only, patches/0003) the adapter stores a CRC-32 with each chunk file it writes
+and checks it on every load; the record counts the pool files that carry one, so that a load which had nothing to
+check cannot pass for one that did. --store-only writes the missing chunks and loads nothing.
 One load per `--load-concurrency` value, in the order given, each by a new adapter with that bound; the upstream
 adapter ignores the bound: it reads one key after another. Prints one JSON record per load on stdout.
 """
@@ -20,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import mmap
+import os
 import sys
 import time
 from pathlib import Path
@@ -54,22 +58,61 @@ def _wait(poll, what: str, timeout_s: float):
     raise TimeoutError(f"{what} did not complete within {timeout_s:g} s")
 
 
-def measure(pool: str, chunks: int, chunk_bytes: int, load_concurrency: int, odirect: bool = False,
-            timeout_s: float = 600.0, quiet: dict | None = None) -> dict:
-    import lmcache
-    from lmcache.v1.distributed.api import ObjectKey
+def _adapter(pool: str, load_concurrency: int, odirect: bool, verify_checksum: bool):
     from lmcache.v1.distributed.l2_adapters import fs_l2_adapter as fs
 
-    config = fs.FSL2AdapterConfig.from_dict({"base_path": pool, "load_concurrency": load_concurrency,
-                                             "use_odirect": odirect})
-    adapter = fs.FSL2Adapter(config)
+    spec = {"base_path": pool, "load_concurrency": load_concurrency, "use_odirect": odirect}
+    if verify_checksum:  # only then: upstream's adapter knows no such option
+        if not hasattr(fs, "CHECKSUM_XATTR"):
+            raise RuntimeError(f"this LMCache build ({fs.__file__}) has no chunk checksums (patches/0003)")
+        spec["verify_checksum"] = True
+    return fs, fs.FSL2Adapter(fs.FSL2AdapterConfig.from_dict(spec))
+
+
+def _keys(chunks: int) -> list:
+    from lmcache.v1.distributed.api import ObjectKey
+    return [ObjectKey(chunk_hash=i.to_bytes(8, "big"), model_name=MODEL_NAME, kv_rank=0) for i in range(chunks)]
+
+
+def _store_missing(adapter, keys: list, chunk_bytes: int, timeout_s: float) -> int:
+    missing = [k for k in keys if not adapter._key_to_path(k).exists()]
+    if missing:
+        task = adapter.submit_store_task(missing, [_Buffer(chunk_bytes, 7) for _ in missing])
+        _wait(lambda: adapter.pop_completed_store_tasks().get(task), "store", timeout_s)
+    return len(missing)
+
+
+def _with_checksum(fs, files: list[Path]) -> int | None:
+    """How many of the files carry the patched adapter's checksum (None for a build without checksums)."""
+    name = getattr(fs, "CHECKSUM_XATTR", None)
+    if name is None:
+        return None
+    return sum(1 for path in files if name in os.listxattr(path))
+
+
+def store(pool: str, chunks: int, chunk_bytes: int, odirect: bool = False, verify_checksum: bool = False,
+          timeout_s: float = 600.0) -> dict:
+    """Write the chunks the pool lacks, and nothing else."""
+    fs, adapter = _adapter(pool, 1, odirect, verify_checksum)
     try:
-        keys = [ObjectKey(chunk_hash=i.to_bytes(8, "big"), model_name=MODEL_NAME, kv_rank=0) for i in range(chunks)]
-        missing = [k for k in keys if not adapter._key_to_path(k).exists()]
-        if missing:
-            task = adapter.submit_store_task(missing, [_Buffer(chunk_bytes, 7) for _ in missing])
-            _wait(lambda: adapter.pop_completed_store_tasks().get(task), "store", timeout_s)
+        keys = _keys(chunks)
+        written = _store_missing(adapter, keys, chunk_bytes, timeout_s)
         files = [adapter._key_to_path(k) for k in keys]
+    finally:
+        adapter.close()
+    return {"stored": written, "chunks": chunks, "files_with_checksum": _with_checksum(fs, files)}
+
+
+def measure(pool: str, chunks: int, chunk_bytes: int, load_concurrency: int, odirect: bool = False,
+            timeout_s: float = 600.0, quiet: dict | None = None, verify_checksum: bool = False) -> dict:
+    import lmcache
+
+    fs, adapter = _adapter(pool, load_concurrency, odirect, verify_checksum)
+    try:
+        keys = _keys(chunks)
+        _store_missing(adapter, keys, chunk_bytes, timeout_s)
+        files = [adapter._key_to_path(k) for k in keys]
+        with_checksum = _with_checksum(fs, files)
         buffers = [_Buffer(chunk_bytes) for _ in keys]
         for path in files:
             pagecache.drop(path)
@@ -91,6 +134,7 @@ def measure(pool: str, chunks: int, chunk_bytes: int, load_concurrency: int, odi
             "adapter_reads_concurrently": hasattr(fs, "DEFAULT_LOAD_CONCURRENCY"),
             "chunks": chunks, "chunk_bytes": chunk_bytes, "bytes": total, "load_concurrency": load_concurrency,
             "resident_bytes_before": resident, "page_cache": page_cache(odirect),
+            "verify_checksum": verify_checksum, "files_with_checksum": with_checksum,
             "seconds": seconds, "gb_per_s": total / seconds / 1e9, "quiet": found}
 
 
@@ -106,13 +150,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chunk-mib", type=float, default=1.0)
     parser.add_argument("--load-concurrency", type=int, nargs="+", default=[16])
     parser.add_argument("--odirect", action="store_true", help="the adapter reads with O_DIRECT (use_odirect)")
+    parser.add_argument("--verify-checksum", action="store_true",
+                        help="store a CRC-32 with each chunk and check it on load (patched build: patches/0003)")
+    parser.add_argument("--store-only", action="store_true", help="write the missing chunks; load nothing")
     parser.add_argument("--quiet", type=json.loads, help="wait for a quiet machine before each load: JSON of "
                         "kvtier.probes.quiet.QuietBounds")
     args = parser.parse_args(argv)
     Path(args.pool).mkdir(parents=True, exist_ok=True)
+    chunk_bytes = int(args.chunk_mib * 2**20)
+    if args.store_only:
+        print(json.dumps(store(args.pool, args.chunks, chunk_bytes, args.odirect, args.verify_checksum)), flush=True)
+        return 0
     for bound in args.load_concurrency:
-        print(json.dumps(measure(args.pool, args.chunks, int(args.chunk_mib * 2**20), bound, args.odirect,
-                                 quiet=args.quiet)), flush=True)
+        print(json.dumps(measure(args.pool, args.chunks, chunk_bytes, bound, args.odirect, quiet=args.quiet,
+                                 verify_checksum=args.verify_checksum)), flush=True)
     return 0
 
 

@@ -4,7 +4,10 @@
 - coldread.jsonl: cold loads of N chunks by one LMCache fs L2 worker, per LMCache build (upstream and patched,
   in alternating order from round to round), each build in its own Python with that build first on the path
   (kvtier.probes.coldread): upstream once (it reads one key after another), patched once per load bound, the bounds
-  being fio's queue depths and the configured bound (the patch at the matching queue depth);
+  being fio's queue depths and the configured bound (the patch at the matching queue depth); with
+  `verify_checksum`, the patched build once more at the configured bound checking every chunk's CRC-32
+  (patches/0003; build `patched_checksum`), on the same files, which were all written with their checksums: what
+  the check costs on a cold read;
 - fio.jsonl: fio's direct-read bandwidth on the same pool directory at each queue depth (the device limit);
 - checkpoint.jsonl: a LoRA-sized sharded checkpoint saved with fsync to the local disk and to the pool path, by
   one writer and by parallel writers (kvtier.probes.ckptsave).
@@ -41,6 +44,7 @@ from .run_record import RunRecord
 from .tier_run import run_tier
 
 BUILDS = ("upstream", "patched")
+CHECKSUM = "patched_checksum"  # the patched build checking each chunk's CRC-32 on load (patches/0003)
 COLDREAD_FILE, FIO_FILE, CHECKPOINT_FILE, RAWREAD_FILE = ("coldread.jsonl", "fio.jsonl", "checkpoint.jsonl",
                                                           "rawread.jsonl")
 COLDREAD_DIR = "kvtier-r1-coldread"
@@ -63,6 +67,7 @@ class ReadSettings:
     checkpoint: dict = field(default_factory=dict)  # kvtier.probes.ckptsave.CheckpointSpec fields
     timeout_s: float = 600.0
     quiet: dict | None = None  # wait for a quiet machine before each timed read or save (QuietBounds fields)
+    verify_checksum: bool = False  # also load with the patched build's chunk checksums (lmcache.verify_checksum)
 
     def __post_init__(self):
         if set(self.builds) != set(BUILDS):
@@ -82,27 +87,34 @@ class ReadSettings:
         """The patched build's load bounds: each of fio's queue depths, and the configured bound."""
         return sorted({*self.queue_depths, self.load_concurrency})
 
+    def readers(self) -> list[str]:
+        """What loads in each round: both builds, and the patched one checking checksums where asked."""
+        return [*BUILDS, CHECKSUM] if self.verify_checksum else list(BUILDS)
+
 
 def _build_site(build_dir: str) -> str:
     record = lmcache_build.read(build_dir)
     return str(Path(build_dir) / record["site"])
 
 
-def cold_loads(build_dir: str, pool: Path, settings: ReadSettings, bounds: list[int]) -> list[dict]:
+def cold_loads(build_dir: str, pool: Path, settings: ReadSettings, bounds: list[int],
+               verify_checksum: bool = False) -> list[dict]:
     """Cold loads by one fs L2 worker of `build_dir`'s LMCache, one per load bound, in its own Python
-    (kvtier.probes.coldread)."""
+    (kvtier.probes.coldread); with no bound, the chunks the pool lacks are written and nothing is loaded."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [_build_site(build_dir),
                                                                      os.environ.get("PYTHONPATH")])),
            "LMCACHE_DISABLE_BANNER": "1"}
     argv = [sys.executable, "-m", "kvtier.probes.coldread", "--pool", str(pool), "--chunks", str(settings.chunks),
-            "--chunk-mib", str(settings.chunk_mib), "--load-concurrency", *map(str, bounds),
-            *(["--odirect"] if settings.use_odirect else []),
+            "--chunk-mib", str(settings.chunk_mib),
+            *(["--load-concurrency", *map(str, bounds)] if bounds else ["--store-only"]),
+            *(["--odirect"] if settings.use_odirect else []), *(["--verify-checksum"] if verify_checksum else []),
             *(["--quiet", json.dumps(settings.quiet)] if settings.quiet is not None else [])]
-    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=settings.timeout_s * len(bounds))
+    expected = len(bounds) or 1
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=settings.timeout_s * expected)
     records = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    if done.returncode != 0 or len(records) != len(bounds):
+    if done.returncode != 0 or len(records) != expected:
         raise KvtierError(f"cold load with {build_dir} failed (exit {done.returncode}, {len(records)} of "
-                          f"{len(bounds)} loads): {done.stderr.strip()[-800:]}")
+                          f"{expected} {'loads' if bounds else 'stores'}): {done.stderr.strip()[-800:]}")
     return records
 
 
@@ -129,16 +141,21 @@ def run_reads(settings: ReadSettings, run_dir: str | os.PathLike) -> dict:
         chunk_bytes = int(settings.chunk_mib * 2**20)
         targets = {"local_disk": settings.local_disk_path, "shared_pool": settings.pool_path}
         check = quiet.hook(settings.quiet)  # built once, called before each timed read and save
+        readers = settings.readers()
         try:
+            if settings.verify_checksum:  # every file written with its checksum, so that each check has one to check
+                cold_loads(settings.builds["patched"], pool, settings, [], verify_checksum=True)
             with RecordWriter(run_dir / COLDREAD_FILE) as coldreads, RecordWriter(run_dir / FIO_FILE) as fios, \
                     RecordWriter(run_dir / CHECKPOINT_FILE) as checkpoints:
                 for round_ in range(settings.rounds):
                     forward = round_ % 2 == 0  # alternate the order of builds and bounds from round to round
                     bounds = settings.load_bounds() if forward else settings.load_bounds()[::-1]
-                    for build in (BUILDS if forward else BUILDS[::-1]):
-                        for record in cold_loads(settings.builds[build], pool, settings,
-                                                 bounds if build == "patched" else [1]):
-                            coldreads.write({"round": round_, "build": build, **record})
+                    for reader in (readers if forward else readers[::-1]):
+                        build = "patched" if reader == CHECKSUM else reader
+                        loads = {"upstream": [1], "patched": bounds, CHECKSUM: [settings.load_concurrency]}[reader]
+                        for record in cold_loads(settings.builds[build], pool, settings, loads,
+                                                 verify_checksum=reader == CHECKSUM):
+                            coldreads.write({"round": round_, "build": reader, **record})
                     for depth in settings.queue_depths:
                         found = _quiet(check)
                         fios.write({"round": round_, **fio.direct_read(pool, settings.chunks * chunk_bytes,

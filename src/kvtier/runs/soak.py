@@ -72,8 +72,9 @@ class SoakSettings:
     max_connections: int = 64
     recovery_timeout_s: float = 300.0  # a restarted stack must serve again within this, or the soak stops
     # A vLLM still serving nothing this long after a restart is restarted too (seen here: after LMCache was
-    # SIGKILLed, vLLM hung every request, new ones included, until it was restarted itself).
-    stuck_after_s: float = 45.0
+    # SIGKILLed, vLLM hung every request, new ones included, until it was restarted itself). A healthy stack
+    # answers the 8-token probe in under a second.
+    stuck_after_s: float = 30.0
 
     def __post_init__(self):
         self.duration_s = seconds(self.duration, "soak.duration")
@@ -367,8 +368,14 @@ class Soak:
         deadline = began + self.settings.recovery_timeout_s
         restarted_vllm = False
         while True:
-            record = await self._probe(f"health/{time.time_ns()}", self.ids[:8],
-                                       timeout_s=min(HEALTH_TIMEOUT_S, self.settings.stuck_after_s))
+            if not restarted_vllm and self.clock() >= began + self.settings.stuck_after_s:
+                restarted_vllm = True
+                await loop.run_in_executor(None, self.restart, "vllm", "serves nothing after the restart", fault)
+            # Until then, each probe ends by the time vLLM would count as stuck: it is restarted then, not a whole
+            # probe later.
+            left = began + self.settings.stuck_after_s - self.clock()
+            timeout_s = HEALTH_TIMEOUT_S if restarted_vllm else min(HEALTH_TIMEOUT_S, max(left, 1.0))
+            record = await self._probe(f"health/{time.time_ns()}", self.ids[:8], timeout_s=timeout_s)
             if record["error"] is None:
                 self.events("serving", fault=fault)
                 await self._pool_serving_again(loop, fault)
@@ -376,9 +383,6 @@ class Soak:
             if self.clock() > deadline:
                 raise KvtierError(f"the stack does not serve after a restart ({self.settings.recovery_timeout_s:g} s): "
                                   f"{record['error']}; logs in {self.run_dir / 'server_logs'}")
-            if not restarted_vllm and self.clock() > began + self.settings.stuck_after_s:
-                restarted_vllm = True
-                await loop.run_in_executor(None, self.restart, "vllm", "serves nothing after the restart", fault)
             await asyncio.sleep(2.0)
 
     async def _pool_serving_again(self, loop, fault: int | None, attempts: int = 6, gap_s: float = 5.0) -> None:
