@@ -44,6 +44,8 @@ def test_every_fault_of_the_test_preset_fired_and_was_recovered_from(built):
     probes = fired[1]["probes"]
     assert probes["control"]["external_tokens"] > 0 and probes["control"]["identical"]
     assert probes["corrupted"]["chunks"] and fired[1]["damaged"]
+    # The pool's budget is lifted while the probes are compared: nothing damaged was evicted before the resend.
+    assert probes["corrupted"]["files_present_before_resend"] == len(fired[1]["damaged"]) > 0
     # The patched build (patches/0003) refuses the damaged chunks: the probe is recomputed, its output unchanged.
     assert probes["corrupted"]["external_tokens"] == 0 and probes["corrupted"]["identical"], probes["corrupted"]
     if os.geteuid() == 0:

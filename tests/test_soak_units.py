@@ -218,13 +218,13 @@ def test_a_server_that_never_serves_again_and_a_failure_outside_faults_fail():
     assert g4.verdict(list(lines.values())) == "FAIL"
 
 
-def corrupt_event(served_tokens, identical, control_ok=True):
+def corrupt_event(served_tokens, identical, control_ok=True, present=1):
     probe = {"chunks": ["m@0x0@0@ab.data"], "external_tokens": served_tokens, "identical": identical,
              "first_output": "a", "again_output": "a" if identical else "b", "l2_hit_tokens": served_tokens,
-             "error": None, "first_error": None}
+             "error": None, "first_error": None, "files_present_before_resend": present}
     control = {**probe, "external_tokens": 256 if control_ok else 0, "identical": True}
     return [{"t": 300.0, "kind": "fault", "fault": 0, "probes": {"corrupted": probe, "control": control},
-             "damaged": []}]
+             "damaged": [{"file": "m@0x0@0@ab.data", "flipped": 16}] if present else []}]
 
 
 @pytest.mark.parametrize("served, identical, verdict, words", [
@@ -276,3 +276,9 @@ def test_rss_growth_is_decided_by_the_interval_of_its_slope():
     # The same wander on a leak of 2 MB a second is a leak whatever the noise.
     leak = verdicts(synthetic(rss=lambda t: 1500 + (7 if int(t // 60) % 2 else -7) + 2 * t))["vllm RSS growth MB/h"]
     assert leak["verdict"] == "FAIL" and leak["low"] > 256
+
+
+def test_a_corruption_whose_damaged_files_were_gone_before_the_resend_proves_nothing():
+    data = synthetic(faults=[{"at_s": 300.0, "kind": "corrupt_chunk"}], events=corrupt_event(0, True, present=0))
+    line = verdicts(data)["corrupt_chunk at 300 s"]
+    assert line["verdict"] == "UNDECIDED" and "proves nothing" in line["why"]

@@ -158,6 +158,9 @@ def _fault(span: dict, table: pd.DataFrame, data: dict, settings: G4Settings) ->
     if not corrupted or not control:
         return _line(name, UNDECIDED, None, None, "the probes did not run")
     chunks = ", ".join(corrupted["chunks"][:3]) + (" ..." if len(corrupted["chunks"]) > 3 else "")
+    if not span["fired"].get("damaged", True) or corrupted.get("files_present_before_resend", 1) == 0:
+        return _line(name, UNDECIDED, None, None, f"none of the damaged prompt's chunk files ({chunks}) was in the "
+                     "pool when it was sent again, so its answer proves nothing")
     if not control["external_tokens"] or not control["identical"]:
         return _line(name, UNDECIDED, None, None, "the intact control probe was not served from the pool unchanged, "
                      "so the damaged one proves nothing")

@@ -51,6 +51,7 @@ EVENTS_FILE = "events.jsonl"
 SUMMARY_FILE = "summary.json"
 # The soak's own requests are bounded, whatever the runs' timeout: a hung stack must not hang the soak.
 PROBE_TIMEOUT_S = 120.0
+UNBOUNDED_GB = 1e6  # the pool's budget while a round trip's probes are in it
 HEALTH_TIMEOUT_S = 20.0
   # written when the soak completes: what the pipeline waits for
 POOL_DIR = "kv"  # the L2 directory inside the pool path (beside it, on its file system: the pool_full filler)
@@ -271,12 +272,18 @@ class Soak:
         began = self.clock()
         damaged = []
 
-        def damage(chunks: dict[str, list[str]]) -> None:
-            damaged.extend(flip_bytes(self.pool / name, fault.bytes, f"soak/{index}/{name}")
-                           for name in chunks["corrupted"])
+        gone = []
 
-        probes = await self._round_trip(loop, f"{index}", ("corrupted", "control"), damage)
-        self.events("fault", fault=index, name=fault.name, damaged=damaged, probes=probes,
+        def damage(chunks: dict[str, list[str]]) -> None:
+            for name in chunks["corrupted"]:
+                try:
+                    damaged.append(flip_bytes(self.pool / name, fault.bytes, f"soak/{index}/{name}"))
+                except FileNotFoundError:
+                    gone.append(name)  # removed by LMCache before it could be damaged
+
+        # The control goes first and comes back first, so that the damaged prompt's files are the newest.
+        probes = await self._round_trip(loop, f"{index}", ("control", "corrupted"), damage)
+        self.events("fault", fault=index, name=fault.name, damaged=damaged, gone_before_damage=gone, probes=probes,
                     paused_s=round(self.clock() - began, 3))
 
     async def _round_trip(self, loop, tag: str, roles: tuple[str, ...], damage=None) -> dict:
@@ -288,7 +295,10 @@ class Soak:
         self.sending.clear()
         while self.in_flight:
             await asyncio.sleep(0.05)
+        budget = self.settings.pool_quota_gb
         try:
+            if budget is not None:  # no eviction while the probes' files are compared; the budget is back after
+                await loop.run_in_executor(None, self.stack.lmcache.set_l2_quota, UNBOUNDED_GB)
             await loop.run_in_executor(None, wait_pool_settled, self.pool)
             probes = {}
             for role in roles:
@@ -306,6 +316,7 @@ class Soak:
             outcome = {}
             urls = {"vllm": f"{self.stack.vllm.base_url}/metrics", "lmcache": self.stack.lmcache.metrics_url}
             for role, probe in probes.items():
+                present = sum((self.pool / name).is_file() for name in probe["chunks"])
                 before = {k: metrics.parse(await loop.run_in_executor(None, metrics.fetch, u)) for k, u in urls.items()}
                 again = await self._probe(f"probe/{tag}/{role}/again", probe["prompt"])
                 after = {k: metrics.parse(await loop.run_in_executor(None, metrics.fetch, u)) for k, u in urls.items()}
@@ -313,13 +324,15 @@ class Soak:
                 outcome[role] = {
                     "chunks": probe["chunks"], "first_output": probe["first"]["output_text"],
                     "again_output": again["output_text"], "error": again["error"],
-                    "first_error": probe["first"]["error"],
+                    "first_error": probe["first"]["error"], "files_present_before_resend": present,
                     "l2_hit_tokens": series_sum(delta["lmcache"], L2_HITS),
                     "external_tokens": series_sum(delta["vllm"], SOURCE, 'source="external_kv_transfer"'),
                     "identical": (again["error"] is None and probe["first"]["error"] is None
                                   and again["output_text"] == probe["first"]["output_text"])}
             return outcome
         finally:
+            if budget is not None:
+                await loop.run_in_executor(None, self.stack.lmcache.set_l2_quota, budget)
             self.sending.set()
 
     async def _probe(self, request_id: str, prompt: list[int], timeout_s: float = PROBE_TIMEOUT_S) -> dict:
