@@ -311,7 +311,7 @@ class Soak:
             if damage is not None:
                 await loop.run_in_executor(None, damage, {role: p["chunks"] for role, p in probes.items()})
             await loop.run_in_executor(None, pagecache.drop, self.pool)
-            await loop.run_in_executor(None, reset_prefix_cache, self.stack.vllm.base_url)
+            await self._reset_prefix_cache(loop)
             await loop.run_in_executor(None, self.stack.lmcache.clear_l1)
             outcome = {}
             urls = {"vllm": f"{self.stack.vllm.base_url}/metrics", "lmcache": self.stack.lmcache.metrics_url}
@@ -334,6 +334,18 @@ class Soak:
             if budget is not None:
                 await loop.run_in_executor(None, self.stack.lmcache.set_l2_quota, budget)
             self.sending.set()
+
+    async def _reset_prefix_cache(self, loop, attempts: int = 30) -> None:
+        """vLLM refuses the reset while a request still holds blocks (after a restart, one the client gave up on
+        may still run): try again every second, up to `attempts` times."""
+        for attempt in range(1, attempts + 1):
+            try:
+                await loop.run_in_executor(None, reset_prefix_cache, self.stack.vllm.base_url)
+                return
+            except KvtierError as exc:
+                if "still held" not in str(exc) or attempt == attempts:
+                    raise
+                await asyncio.sleep(1.0)
 
     async def _probe(self, request_id: str, prompt: list[int], timeout_s: float = PROBE_TIMEOUT_S) -> dict:
         """One request of the soak's own (a health check, a round trip through the pool), recorded with phase
