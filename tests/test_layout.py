@@ -4,6 +4,8 @@ it was (kvtier/__init__.py and docs/ARCHITECTURE.md describe the rooms)."""
 import argparse
 import ast
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -139,3 +141,11 @@ def test_the_architecture_map_names_every_room_and_only_files_that_exist():
     assert named and missing == [], missing
     rows = text.split("## I want to … → open …", 1)[1].split("\n## ", 1)[0]
     assert len([line for line in rows.splitlines() if line.startswith("| ") and "---" not in line]) - 1 >= 10
+
+
+def test_importing_jsonschema_after_kvtier_skips_the_iri_grammar():
+    # kvtier/__init__.py: rfc3987_syntax compiles a Lark grammar on import, 3 s of every kvtier command and
+    # Snakemake start on two cores, for string formats no kvtier schema uses.
+    code = "import kvtier, jsonschema, sys; print(sys.modules['rfc3987_syntax'])"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == "None", done.stderr

@@ -8,6 +8,7 @@ preset (tests/conftest.py `built_run`) then goes through `snakemake --profile pr
 - R3's instances A and B ran as two jobs, B after A, sharing only the pool;
 - the evidence has the pages and tables of a local run of the same preset (tests/test_workflow.py, against
   tests/golden/test_preset_evidence.json, whichever executor built it);
+- a job that asks for more than the node has is refused at submission, not left pending;
 - a killed Snakemake cancels its jobs: nothing left in the queue, no server left running;
 - the teardown leaves no daemon.
 
@@ -98,10 +99,12 @@ def test_every_job_went_through_the_scheduler(on_slurm):
     jobs = submitted(out, project)
     assert sorted(rule for job in jobs for rule, _ in job["ran"]) == sorted(
         rule for rule, count in ALL_JOBS.items() if rule != "all" for _ in range(count)), out[-3000:]
-    # The short jobs went in groups (profiles/slurm): fewer submissions than jobs.
-    # (A group that merges components is named by its rules: group_prepare_lmcache_build_model_model_r9.)
+    # The short jobs went in groups (profiles/slurm): fewer submissions than jobs. A group's log folder is named
+    # by the group and its rules: group_prepare_lmcache_build_model_model_r9, group_gate_G1_gate_g1_gate_proceed.
     groups = [part for job in jobs for part in job["log"].parts if part.startswith("group_")]
-    assert [g.split("_")[1] for g in groups] == ["prepare", "pages"], groups
+    # Each round's tier runs too, between its R3 jobs (kvtier.runs.order.stretches): here one stretch a round.
+    names = ("prepare", "gate_G1", "round1_1", "round2_1", "gates_G2_G3", "pages")
+    assert sorted(next((n for n in names if g.startswith(f"group_{n}_")), g) for g in groups) == sorted(names), groups
     records = jobcomp()
     for job in jobs:
         assert records.get(job["id"], {}).get("JobState") == "COMPLETED", (job, records.get(job["id"]))
@@ -114,13 +117,14 @@ def test_measurement_jobs_took_the_whole_node_and_the_rest_did_not(on_slurm):
     cpus = os.cpu_count()
     for job in submitted(out, project):
         whole = {rule.startswith(MEASURING) for rule, _ in job["ran"]}
-        assert len(whole) == 1, job  # never a measurement in a group with anything else
+        assert len(whole) == 1, job  # never a measurement in a group with a short job
         whole = whole.pop()
         procs = int(records[job["id"]]["ProcCnt"])
         if whole or len(job["ran"]) == 1:
             assert (procs == cpus) == whole, (job, records[job["id"]])
-        else:  # a group of short jobs asks for what its jobs side by side need, never the node's exclusivity
-            assert procs <= cpus, (job, records[job["id"]])
+        else:  # a group of short jobs runs them one after another (profiles/slurm `cores: 1`): one small job's
+            # share (cluster.small.cpus, 1 by default), never the node's exclusivity nor more than it has
+            assert procs == 1, (job, records[job["id"]])
 
 
 def test_r3_ran_as_two_jobs_handing_off_through_the_pool(on_slurm):
@@ -138,6 +142,17 @@ def test_r3_ran_as_two_jobs_handing_off_through_the_pool(on_slurm):
         assert set(ids) == {"r3_populate", "r3_resume"} and ids["r3_populate"] < ids["r3_resume"], ids
     page = (project / "evidence" / "R3" / "R3.html").read_text()
     assert "VERIFIED:" in page and "NOT VERIFIED" not in page and "one node" in page
+
+
+def test_a_job_asking_for_more_than_the_node_has_is_refused_at_submission(slurm_cluster):
+    # slurm_local.sh's EnforcePartLimits=ALL: by default Slurm queues such a job and leaves it pending for ever
+    # (reason PartitionConfig), and a Snakemake run waits on it with no error (seen: a group job asking 3 CPUs).
+    if slurm_cluster:
+        pytest.skip(slurm_cluster)
+    refused = subprocess.run(["sbatch", "--cpus-per-task", str(os.cpu_count() + 1), "--wrap", "true"],
+                             capture_output=True, text=True, timeout=60)
+    assert refused.returncode != 0 and "More processors requested than permitted" in refused.stderr, refused
+    assert queue() == []
 
 
 def test_a_killed_snakemake_cancels_its_jobs_and_leaves_no_server(on_slurm, tmp_path):

@@ -133,3 +133,23 @@ def test_tiers_that_share_servers_run_back_to_back_in_the_rounds_direction():
                         (3, ("recompute", "engine"))]
     assert order.schedule(units, 1) == [(1, kind) for kind in kinds]
     assert order.before(plan, 2, ["recompute", "engine"]) == [(2, "dram"), (2, "local_disk")]
+
+
+def test_a_rounds_tier_runs_between_two_r3_runs_are_one_stretch():
+    units = [("recompute", "engine"), ("dram", "local_disk"), ("shared_pool",), ("cross_instance",)]
+    plan = order.units_in_order(units, 4)
+    names = order.stretches(plan, ("cross_instance",))
+    assert set(names) == {(r, frozenset(u)) for r, u in plan if u != ("cross_instance",)}  # R3 in none
+    by_name = {}
+    for r, unit in plan:
+        if (r, frozenset(unit)) in names:
+            by_name.setdefault(names[(r, frozenset(unit))], []).append((r, unit))
+    # Round 3 is dram, pool, R3, recompute: R3 splits it; every stretch lies within one round, in plan order.
+    assert by_name["round3_1"] == [(3, ("dram", "local_disk")), (3, ("shared_pool",))]
+    assert by_name["round3_2"] == [(3, ("recompute", "engine"))]
+    assert sorted(by_name) == ["round1_1", "round2_1", "round3_1", "round3_2", "round4_1", "round4_2"]
+    for members in by_name.values():
+        at = [plan.index(m) for m in members]
+        assert at == list(range(at[0], at[0] + len(at))), members  # back to back: nothing of R3 between
+    assert order.stretches(order.units_in_order([("dram",)], 2), ("cross_instance",)) == {
+        (1, frozenset({"dram"})): "round1_1", (2, frozenset({"dram"})): "round2_1"}

@@ -36,13 +36,14 @@ def settle(marker: str, timeout_s: float = 60) -> list[int]:
 
 def test_interrupting_a_rule_stops_every_server(tmp_path):
     project = copy_project(tmp_path / "kvtier")
-    # R3's instance A (vLLM and an LMCache server, populating the shared pool). In one round of recompute and R3,
-    # only the (short) recompute run comes before it.
-    target = "raw_data/runs/test/round-1/cross_instance_handoff"
-    # One tier and R3's run: G3, which compares the pool with recompute, has nothing to judge, so no gates.
-    (project / "one_round.yaml").write_text("runs: {tiers: [recompute], rounds: 1}\ngates: {enabled: false}\n")
+    # dram's run: vLLM and an LMCache server, started as soon as the model is generated (the environment's own
+    # LMCache: no build to wait for), and nothing measured before it.
+    target = "raw_data/runs/test/round-1/dram"
+    # One tier: G3, which compares the pool with recompute, has nothing to judge, so no gates.
+    (project / "one_run.yaml").write_text("runs: {tiers: [dram], cross_instance: false, rounds: 1}\n"
+                                          "gates: {enabled: false}\nlmcache: {build: installed}\n")
     proc = subprocess.Popen(["snakemake", target, "--cores", "2", "--configfile", "config/presets/test.yaml",
-                             "one_round.yaml"],
+                             "one_run.yaml"],
                             cwd=project, env=tool_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     wait_for(project / target / "requests.jsonl", proc=proc)

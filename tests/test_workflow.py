@@ -319,6 +319,12 @@ def test_B_renders_the_measured_boundary_with_its_reasons(built):
     assert shares.loc[("engine_only", 1024, 4), "recompute_frac"] > 0.9
     assert shares.loc[("offload", 1024, 4), ["l1_frac", "l2_frac"]].sum() > 0.8
     assert (measured.correctness["identical"] == measured.correctness["compared"]).all()
+    assert (measured.correctness["compared"] > 0).all()
+    conditions = json.loads((built / "raw_data" / "runs" / "test" / "B" / "conditions.json").read_text())
+    # vLLM's own report of its KV capacity: what the preset asked for (3072 tokens), to a block.
+    assert conditions["engine_kv_tokens_reported"]["engine_only"] <= 3072 + 128, conditions
+    rounds = [o["round"] for o in conditions["order"]]
+    assert rounds == sorted(rounds) and len(rounds) == 2 * 2 * 2 * 3, rounds  # round by round, every cell
     statements = shapes.evaluate_all(ledger.load(built / "raw_data" / "published" / "claims.yaml").boundary_statements,
                                      measured.grid)
     for s in statements:

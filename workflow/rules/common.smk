@@ -82,6 +82,9 @@ RUN_UNITS = kvtier_tiers.server_units(RUN_KINDS, RUNS["share_servers"])
 # it (the tier_run rules' `after`), so that the DAG itself fixes the interleaving.
 UNIT_PLAN = kvtier_order.units_in_order(RUN_UNITS, RUNS["rounds"])
 SCHEDULE = kvtier_order.schedule(RUN_UNITS, RUNS["rounds"])
+# On a cluster (profiles/slurm), the units measured one after another in a round go as one job (their `group:`,
+# kvtier.runs.order.stretches): that round's tiers on one node, one scheduler round trip. R3's two jobs stay apart.
+RUN_GROUP = kvtier_order.stretches(UNIT_PLAN, (kvtier_tiers.CROSS_INSTANCE,))
 
 TIER_RUN_DIR = f"{CAMPAIGN_DIR}/{kvtier_campaign.round_dir('{round}')}/{{tier}}"
 CROSS_INSTANCE = kvtier_tiers.CROSS_INSTANCE

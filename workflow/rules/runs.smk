@@ -1,7 +1,7 @@
 # Measured tiered cold-resume runs: one job per server start and round (kvtier.core.tiers.server_units: a tier,
 # or two tiers on the same servers; servers started, measured, stopped), and R3's run as two jobs (instance A
 # populates the shared pool and hands off, instance B resumes from it), in the rotated order of UNIT_PLAN, then the
-# campaign's tables. Measurements never overlap: each holds the whole `measurement` resource (limit 1 in
+# campaign's tables. On a cluster, the tier runs between two R3 runs of a round go as one job (RUN_GROUP). Measurements never overlap: each holds the whole `measurement` resource (limit 1 in
 # workflow/profiles/default) and the node's measurement lock (kvtier.core.node_lock). One rule per unit, since a
 # unit's outputs are its tiers' run directories.
 
@@ -11,6 +11,8 @@ for _unit in [unit for unit in RUN_UNITS if unit != (CROSS_INSTANCE,)]:
     rule:
         name:
             "tier_run_" + "_".join(_unit)
+        group:
+            lambda wildcards, unit=_unit: RUN_GROUP[(int(wildcards.round), frozenset(unit))]
         message:
             f"Tier run {' then '.join(_unit)}, round {{wildcards.round}}: real vLLM (+ LMCache), the cold-resume "
             "protocol, into {output}"

@@ -82,6 +82,9 @@ AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/filetxt
 JobCompLoc=$JOBCOMP
 MinJobAge=300
+# A job that asks for more than the node has is refused at submission (sbatch fails and Snakemake says so), not
+# left pending for ever (reason PartitionConfig), as Slurm does by default.
+EnforcePartLimits=ALL
 KillWait=10
 ReturnToService=2
 NodeName=$host CPUs=$cpus RealMemory=$mem State=UNKNOWN

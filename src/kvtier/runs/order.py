@@ -4,6 +4,7 @@ side always comes last. The statistics over the rounds are kvtier.evidence.stats
 
 from __future__ import annotations
 
+import itertools
 from typing import Sequence
 
 
@@ -40,3 +41,21 @@ def before(plan: list[tuple[int, tuple[str, ...]]], round_: int, unit: Sequence[
     keys = [(r, frozenset(u)) for r, u in plan]
     at = keys.index((round_, frozenset(unit)))
     return [(plan[at - 1][0], kind) for kind in plan[at - 1][1]] if at else []
+
+
+def stretches(plan: list[tuple[int, tuple[str, ...]]], apart: Sequence[str]) -> dict[tuple[int, frozenset], str]:
+    """{(round, frozenset(unit)): name} for the units of `plan` (units_in_order) that hold no kind of `apart`: the
+    units measured one after another within a round share a name, and a unit of `apart` (R3's, which runs as two
+    jobs of its own) ends a stretch. Round 1 recompute, dram, pool, R3 gives round1_1 to the first three; round 3
+    dram, pool, R3, recompute gives round3_1 to dram and pool, round3_2 to recompute. On a cluster a stretch is one
+    job (its `group:`): a round's tiers measured on one node, and one scheduler round trip for them all."""
+    names = {}
+    for round_, in_round in itertools.groupby(plan, key=lambda item: item[0]):
+        stretch, open_ = 1, False
+        for _, unit in in_round:
+            if set(unit) & set(apart):
+                stretch, open_ = stretch + open_, False
+                continue
+            names[(round_, frozenset(unit))] = f"round{round_}_{stretch}"
+            open_ = True
+    return names
