@@ -242,6 +242,12 @@ class Soak:
             delay = fault.at_s - self.clock()
             if delay > 0:
                 await asyncio.sleep(delay)
+            if self.recovering:  # each fault on a serving stack: one that fires mid-restart tests nothing
+                began = self.clock()
+                while self.recovering:
+                    await asyncio.sleep(0.5)
+                self.events("postponed", fault=index, name=fault.name, waited_s=round(self.clock() - began, 3),
+                            why="the stack was still recovering from the fault before")
             self.active_fault = index
             self.faults_fired.add(index)
             if fault.kind in ("kill_lmcache", "kill_vllm"):
@@ -251,6 +257,8 @@ class Soak:
                 self.events("fault", fault=index, name=fault.name, server=name, pid=pid)
                 if pid is not None:
                     kill_group(pid)
+                    # Until the watcher has restarted it and the stack serves again (it clears the flag).
+                    self.recovering = self.settings.restart_on_failure
             elif fault.kind == "pool_full":
                 await self._pool_full(loop, index, fault)
             else:
