@@ -115,8 +115,9 @@ def test_changing_one_reading_rerenders_R2_and_nothing_unrelated(built, tmp_path
     shutil.copytree(built, project, symlinks=True)
     readings = project / "raw_data" / "published" / "R2_readings.csv"
     readings.write_text(readings.read_text().replace("local_disk,8,10.17,43.9", "local_disk,8,15.06,43.9"))
-    # The audit reads the R2 readings too, so it is re-rendered; nothing else is.
-    assert jobs_of_dry_run(project) == {"render_R2": 1, "render_audit": 1, "index": 1, "all": 1}
+    # The audit reads the R2 readings too, so it is re-rendered; nothing else is but the index and the last gate's
+    # flag, which waits for every page (its verdict is the run's exit status once everything is rendered).
+    assert jobs_of_dry_run(project) == {"render_R2": 1, "render_audit": 1, "index": 1, "gate_proceed": 1, "all": 1}
     run(["snakemake", "--cores", "2", *PRESET], cwd=project)
     changed = read_table(project / "evidence" / "R2" / "R2_pool_vs_local_disk.csv").set_index("concurrency")
     assert changed.loc[8, "ttft_p50_reduction_pct"] == pytest.approx(50.0)
@@ -167,8 +168,9 @@ def test_changing_the_ledger_rerenders_only_the_pages_that_read_it(built, tmp_pa
     claims = project / "raw_data" / "published" / "claims.yaml"
     claims.write_text(claims.read_text().replace("claimed: 192\n", "claimed: 193\n"))
     # The audit, R1, which shows the published R1 claims as context, B and R9, which show document 000's.
+    # And the index and the last gate's flag, as above.
     assert jobs_of_dry_run(project) == {"render_audit": 1, "render_R1": 1, "render_B": 1, "render_R9": 1, "index": 1,
-                                        "all": 1}
+                                        "gate_proceed": 1, "all": 1}
 
 
 def test_audit_can_be_switched_off(project_copy):
