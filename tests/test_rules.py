@@ -48,7 +48,7 @@ def test_every_rule_asks_a_cluster_for_its_kind_of_job():
             } == {}
 
 
-def test_short_jobs_go_to_a_cluster_in_groups_and_measurements_never_do():
+def test_short_jobs_go_to_a_cluster_in_groups_and_measurements_only_with_their_rounds_tier_runs():
     """Every render and the index in `pages`, the builds and models in `prepare` (profiles/slurm merges its
     components into one job), each gate with the flag that follows it (and G2, G3 with the campaign table they
     read) in `gates`; no measurement in a group of short jobs, so each keeps a node of its own; the tier runs of a

@@ -82,12 +82,12 @@ RUN_UNITS = kvtier_tiers.server_units(RUN_KINDS, RUNS["share_servers"])
 # it (the tier_run rules' `after`), so that the DAG itself fixes the interleaving.
 UNIT_PLAN = kvtier_order.units_in_order(RUN_UNITS, RUNS["rounds"])
 SCHEDULE = kvtier_order.schedule(RUN_UNITS, RUNS["rounds"])
-# On a cluster (profiles/slurm), the units measured one after another in a round go as one job (their `group:`,
-# kvtier.runs.order.stretches): that round's tiers on one node, one scheduler round trip. R3's two jobs stay apart.
-RUN_GROUP = kvtier_order.stretches(UNIT_PLAN, (kvtier_tiers.CROSS_INSTANCE,))
 
 TIER_RUN_DIR = f"{CAMPAIGN_DIR}/{kvtier_campaign.round_dir('{round}')}/{{tier}}"
 CROSS_INSTANCE = kvtier_tiers.CROSS_INSTANCE
+# On a cluster (profiles/slurm), the units measured one after another in a round go as one job (their `group:`,
+# kvtier.runs.order.stretches): that round's tiers on one node, one scheduler round trip. R3's two jobs stay apart.
+RUN_GROUP = kvtier_order.stretches(UNIT_PLAN, (CROSS_INSTANCE,))
 # The run directories of the unit measured just before `unit` in its round's order (UNIT_PLAN): a tier run's `after`.
 unit_before = lambda wildcards, unit: [TIER_RUN_DIR.format(round=r, tier=k) for r, k in
                                        kvtier_order.before(UNIT_PLAN, int(wildcards.round), unit)]

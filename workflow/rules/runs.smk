@@ -1,9 +1,10 @@
 # Measured tiered cold-resume runs: one job per server start and round (kvtier.core.tiers.server_units: a tier,
 # or two tiers on the same servers; servers started, measured, stopped), and R3's run as two jobs (instance A
 # populates the shared pool and hands off, instance B resumes from it), in the rotated order of UNIT_PLAN, then the
-# campaign's tables. On a cluster, the tier runs between two R3 runs of a round go as one job (RUN_GROUP). Measurements never overlap: each holds the whole `measurement` resource (limit 1 in
-# workflow/profiles/default) and the node's measurement lock (kvtier.core.node_lock). One rule per unit, since a
-# unit's outputs are its tiers' run directories.
+# campaign's tables. On a cluster, the tier runs between two R3 runs of a round go as one job (RUN_GROUP).
+# Measurements never overlap: each holds the whole `measurement` resource (limit 1 in workflow/profiles/default)
+# and the node's measurement lock (kvtier.core.node_lock). One rule per unit, since a unit's outputs are its tiers'
+# run directories.
 
 
 for _unit in [unit for unit in RUN_UNITS if unit != (CROSS_INSTANCE,)]:
