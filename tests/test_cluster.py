@@ -39,3 +39,12 @@ def test_a_gpu_model_without_gpus_is_refused_naming_the_key():
 def test_a_name_that_is_not_one_word_is_refused_at_load(key, value):
     with pytest.raises(KvtierError, match=rf"cluster.{key}"):
         section(**{key: value})
+
+
+def test_a_job_that_runs_for_a_set_time_asks_for_it():
+    measurement = cluster.job_resources(section(), "cpu", 1)["measurement"]
+    # A 72-hour soak: 72 h + 10 % + 30 min, far over the default 4 hours.
+    assert cluster.runtime_for(72 * 3600, measurement)["runtime"] == 72 * 60 * 1.1 + 30
+    # A short one keeps the configured runtime, and every other resource is kept.
+    short = cluster.runtime_for(170, measurement)
+    assert short == measurement

@@ -42,17 +42,20 @@ def test_every_rule_asks_a_cluster_for_its_kind_of_job():
                  if re.search(rf'"kvtier ({"|".join(MEASURING)}|probe)\b', body)}
     assert measuring >= {"tier_run_", "r3_populate", "r3_resume", "r1_reads", "r1_resume", "boundary_cells",
                          "g2_storage", "r9_loads", "platform"}
-    kinds = {name: ("measurement" if "**MEASURE_JOB," in body else "small" if "**SMALL_JOB," in body else None)
+    # A job that runs for a set time (the soak) asks for it on top (kvtier.runs.cluster.runtime_for).
+    kinds = {name: ("measurement" if re.search(r"\*\*(kvtier_cluster\.runtime_for\(\w+, )?MEASURE_JOB\)?,", body)
+                    else "small" if "**SMALL_JOB," in body else None)
              for name, body in blocks.items() if name != "all"}
     assert {name: kind for name, kind in kinds.items() if kind != ("measurement" if name in measuring else "small")
             } == {}
 
 
-def test_short_jobs_go_to_a_cluster_in_groups_and_measurements_only_with_their_rounds_tier_runs():
+def test_short_jobs_go_to_a_cluster_in_groups_and_measurements_only_with_measurements():
     """Every render and the index in `pages`, the builds and models in `prepare` (profiles/slurm merges its
     components into one job), each gate with the flag that follows it (and G2, G3 with the campaign table they
     read) in `gates`; no measurement in a group of short jobs, so each keeps a node of its own; the tier runs of a
-    round in the stretch they are measured in (kvtier.runs.order.stretches), R3's two jobs in none."""
+    round in the stretch they are measured in (kvtier.runs.order.stretches), R3's two jobs in none, and the
+    measurements outside the rounds together in `probes`."""
     blocks = rules()
     groups = {name: re.search(r'    group:\n\s+"(\w+)"', body) for name, body in blocks.items()}
     groups = {name: found.group(1) for name, found in groups.items() if found}
@@ -69,4 +72,6 @@ def test_short_jobs_go_to_a_cluster_in_groups_and_measurements_only_with_their_r
     stretch = "lambda wildcards, unit=_unit: RUN_GROUP[(int(wildcards.round), frozenset(unit))]"
     measured = {name: re.search(r'    group:\n\s+(.*)\n', blocks[name]) for name in blocks
                 if "**MEASURE_JOB," in blocks[name]}
-    assert {name: found.group(1) for name, found in measured.items() if found} == {"tier_run_": stretch}
+    assert {name: found.group(1) for name, found in measured.items() if found} == {
+        "tier_run_": stretch, **{name: "PROBES_GROUP" for name in ("r1_reads", "r1_resume", "g2_storage", "r9_loads",
+                                                                   "boundary_cells")}}

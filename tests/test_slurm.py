@@ -102,8 +102,9 @@ def test_every_job_went_through_the_scheduler(on_slurm):
     # The short jobs went in groups (profiles/slurm): fewer submissions than jobs. A group's log folder is named
     # by the group and its rules: group_prepare_lmcache_build_model_model_r9, group_gate_G1_gate_g1_gate_proceed.
     groups = [part for job in jobs for part in job["log"].parts if part.startswith("group_")]
-    # Each round's tier runs too, between its R3 jobs (kvtier.runs.order.stretches): here one stretch a round.
-    names = ("prepare", "gate_G1", "round1_1", "round2_1", "gates_G2_G3", "pages")
+    # Each round's tier runs too, between its R3 jobs (kvtier.runs.order.stretches): here one stretch a round; and
+    # the measurements outside the rounds (R1, G2's storage, R9, B) as `probes`.
+    names = ("prepare", "gate_G1", "probes", "round1_1", "round2_1", "gates_G2_G3", "pages")
     assert sorted(next((n for n in names if g.startswith(f"group_{n}_")), g) for g in groups) == sorted(names), groups
     records = jobcomp()
     for job in jobs:

@@ -313,7 +313,7 @@ def test_B_renders_the_measured_boundary_with_its_reasons(built):
     # The page's tables come from the raw cells through the package, not from anywhere else.
     pd.testing.assert_frame_equal(read_table(page / "B_winners.csv"), measured.won, check_dtype=False)
     assert set(measured.grid["scheme"]) == {"engine_only", "offload"}
-    assert measured.grid["valid"].all() and len(measured.grid) == 2 * 2 * 2 * 3  # schemes x contexts x c x rounds
+    assert measured.grid["valid"].all() and len(measured.grid) == 2 * 2 * 2 * 2  # schemes x contexts x c x rounds
     html = (page / "B.html").read_text()
     assert boundary.crossover_text(measured.won).splitlines()[0] in html
     # Why a cell went one way: where the engine overflowed, engine_only recomputed and offload reloaded.
@@ -326,7 +326,7 @@ def test_B_renders_the_measured_boundary_with_its_reasons(built):
     # vLLM's own report of its KV capacity: what the preset asked for (3072 tokens), to a block.
     assert conditions["engine_kv_tokens_reported"]["engine_only"] <= 3072 + 128, conditions
     rounds = [o["round"] for o in conditions["order"]]
-    assert rounds == sorted(rounds) and len(rounds) == 2 * 2 * 2 * 3, rounds  # round by round, every cell
+    assert rounds == sorted(rounds) and len(rounds) == 2 * 2 * 2 * 2, rounds  # round by round, every cell
     statements = shapes.evaluate_all(ledger.load(built / "raw_data" / "published" / "claims.yaml").boundary_statements,
                                      measured.grid)
     for s in statements:

@@ -4,6 +4,8 @@
 
 
 rule boundary_cells:
+    group:
+        PROBES_GROUP
     message:
         "Boundary: engine_only and offload over concurrency x context, {params.rounds} rounds, into {output.cells}"
     input:

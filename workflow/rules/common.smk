@@ -133,6 +133,10 @@ G1_RECORD = [f"{GATES_DIR}/G1.json"] if GATES_ON else []
 # campaign table they both judge, since G3 waits only for G2's flag. G4 judges the last measurement: it goes with
 # the pages, and so does the last gate's flag, which waits for them (rule gate_proceed).
 GATE_GROUP = {"G1": "gate_G1", "G2": "gates_G2_G3", "G3": "gates_G2_G3", "G4": "pages"}
+# The measurements outside the campaign's rounds (R1's reads and resume, G2's storage baseline, R9's loads, B's cells)
+# need nothing but G1's flag and what `prepare` made: on a cluster they go as one job, one after another on one node
+# (profiles/slurm `group-components`), instead of five jobs each waiting its turn in the queue.
+PROBES_GROUP = "probes"
 if GATES_ON:
     try:
         for _key in ("candidate", "baseline"):
@@ -178,9 +182,12 @@ SOAK_SETTINGS = json.dumps({"servers": _SOAK_SERVERS,
                             **{k: v for k, v in SOAK.items() if k not in ("enabled", "engine_kv_tokens",
                                                                          "max_model_len", "lmcache_l1_gb",
                                                                          "pool_path")}})
+# How long the soak runs: what its cluster job asks for is at least that (kvtier.runs.cluster.runtime_for).
+SOAK_SECONDS = 0.0
 if SOAK_ON:
     try:
-        kvtier_soak.SoakSettings(**json.loads(SOAK_SETTINGS))  # refuses a bad workload or fault schedule at load
+        # Refuses a bad workload or fault schedule at load.
+        SOAK_SECONDS = kvtier_soak.SoakSettings(**json.loads(SOAK_SETTINGS)).duration_s
     except KvtierError as exc:
         sys.exit(f"kvtier: {_config_source}: soak: {exc}")
 G4_SETTINGS = json.dumps(GATES["g4"])

@@ -59,6 +59,8 @@ rule gate_g1:
 
 
 rule g2_storage:
+    group:
+        PROBES_GROUP
     message:
         "G2 storage baseline: fio write, read and 4 KiB random read on every tier path, "
         "{params.repetitions} repetitions, into {output.run}"

@@ -3,6 +3,8 @@
 
 
 rule r1_reads:
+    group:
+        PROBES_GROUP
     message:
         "R1 reads: both LMCache builds' cold loads beside fio, and checkpoint saves, into {output.run}"
     input:
@@ -24,6 +26,8 @@ rule r1_reads:
 
 
 rule r1_resume:
+    group:
+        PROBES_GROUP
     message:
         "R1 resume: 12k-token sessions from L2 beside the raw read of their chunks, into {output.run}"
     input:

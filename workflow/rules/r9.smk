@@ -26,6 +26,8 @@ rule model_r9:
 
 
 rule r9_loads:
+    group:
+        PROBES_GROUP
     message:
         "R9: vLLM loading {input.model} from each tier path, cold and warm, {params.repetitions} repetitions"
     input:

@@ -23,7 +23,7 @@ rule soak:
         # A soak stopped part way (its run.json says incomplete) resumes where it stopped.
         resume=lambda wildcards, output: kvtier_soak.resumable(os.path.dirname(output.summary)),
     resources:
-        **MEASURE_JOB,
+        **kvtier_cluster.runtime_for(SOAK_SECONDS, MEASURE_JOB),
         measurement=1,
     log:
         f"logs/soak/{RUNS['campaign']}/soak.log",

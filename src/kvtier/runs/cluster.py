@@ -13,6 +13,8 @@ gpu_model, gres, runtime in minutes, mem_mb, cpus_per_task); Snakemake's local e
 
 from __future__ import annotations
 
+import math
+
 from ..core.errors import KvtierError
 
 KINDS = ("measurement", "small")
@@ -51,3 +53,15 @@ def job_resources(cluster: dict, platform: str = "cpu", tensor_parallel_size: in
     return {"measurement": measurement,
             "small": {**common, "runtime": small["runtime_min"], "mem_mb": small["mem_mb"],
                       "cpus_per_task": small["cpus"]}}
+
+
+# A job that runs for a set time (the soak) gets it, plus this share and this many minutes for its servers' starts,
+# restarts and the verdict, when that is more than the configured runtime_min: a 72-hour soak must not be cancelled
+# by a measurement job's default 4 hours.
+RUNTIME_MARGIN, RUNTIME_SLACK_MIN = 0.10, 30
+
+
+def runtime_for(seconds: float, resources: dict) -> dict:
+    """`resources` (a job kind's, job_resources) with the runtime a job that runs for `seconds` needs."""
+    needed = math.ceil(seconds * (1 + RUNTIME_MARGIN) / 60) + RUNTIME_SLACK_MIN
+    return {**resources, "runtime": max(resources["runtime"], needed)}
