@@ -32,5 +32,7 @@ rule all:
     default_target: True
     input:
         f"{EVIDENCE}/index.html",
+        # R8: the manifest of the whole package, written once everything else is.
+        rules.package_manifest.output.manifest,
         # The last gate's flag: a run whose gate failed does not reach its target (unless gates.stop_on_fail: false).
         [f"{GATES_DIR}/{LAST_GATE}.proceed"] if GATES_ON else [],

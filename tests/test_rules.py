@@ -59,7 +59,7 @@ def test_short_jobs_go_to_a_cluster_in_groups_and_measurements_only_with_measure
     blocks = rules()
     groups = {name: re.search(r'    group:\n\s+"(\w+)"', body) for name, body in blocks.items()}
     groups = {name: found.group(1) for name, found in groups.items() if found}
-    assert {name for name in blocks if name.startswith("render_")} | {"index", "boundary"} == {
+    assert {name for name in blocks if name.startswith("render_")} | {"index", "boundary", "package_manifest"} == {
         name for name, group in groups.items() if group == "pages"}
     assert {name for name, group in groups.items() if group == "prepare"} == {"lmcache_build", "model", "model_r9"}
     gates = {name: re.search(r'    group:\n\s+(.*GATE_GROUP.*)\n', body) for name, body in blocks.items()}

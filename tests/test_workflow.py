@@ -30,7 +30,7 @@ ALL_JOBS = {"model": 1, "lmcache_build": 2, "tier_run_recompute_engine": 2, "tie
             "boundary_cells": 1, "boundary": 1, "render_B": 1, "platform": 1, "gate_g1": 1, "gate_proceed": 4,
             "g2_storage": 1, "gate_g2": 1, "gate_g3": 1, "render_gates": 1, "model_r9": 1, "r9_loads": 1,
             "render_R9": 1, "render_R4": 1, "render_R6": 1, "render_R7": 1, "soak": 1, "gate_g4": 1, "render_R5": 1,
-            "index": 1, "all": 1}
+            "index": 1, "package_manifest": 1, "all": 1}
 # What a run measures: none of it may start before G1 has passed.
 MEASUREMENTS = ("tier_run", "r3_populate", "r3_resume", "r1_reads", "r1_resume", "boundary_cells", "g2_storage", "r9_loads",
                 "soak")
@@ -117,10 +117,42 @@ def test_changing_one_reading_rerenders_R2_and_nothing_unrelated(built, tmp_path
     readings.write_text(readings.read_text().replace("local_disk,8,10.17,43.9", "local_disk,8,15.06,43.9"))
     # The audit reads the R2 readings too, so it is re-rendered; nothing else is but the index and the last gate's
     # flag, which waits for every page (its verdict is the run's exit status once everything is rendered).
-    assert jobs_of_dry_run(project) == {"render_R2": 1, "render_audit": 1, "index": 1, "gate_proceed": 1, "all": 1}
+    assert jobs_of_dry_run(project) == {"render_R2": 1, "render_audit": 1, "index": 1, "gate_proceed": 1,
+                                        "package_manifest": 1, "all": 1}
     run(["snakemake", "--cores", "2", *PRESET], cwd=project)
     changed = read_table(project / "evidence" / "R2" / "R2_pool_vs_local_disk.csv").set_index("concurrency")
     assert changed.loc[8, "ttft_p50_reduction_pct"] == pytest.approx(50.0)
+    # The package manifest was written again over the changed reading and the re-rendered pages.
+    verified = run(["kvtier", "verify"], cwd=project, check=False)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+def test_the_package_manifest_covers_the_run_and_every_page_shows_its_hash(built, tmp_path):
+    from kvtier.core.hashing import page_stamps
+    from kvtier.package import manifest
+    verified = run(["kvtier", "verify"], cwd=built, check=False)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    recorded, digest = manifest.load(built)
+    files = recorded["files"]
+    campaign = "raw_data/runs/test"
+    for rel in (f"{campaign}/round-1/dram/requests.jsonl", f"{campaign}/gates/G4.json", f"{campaign}/gates/G4.proceed",
+                "build/lmcache/patched/build.json", "evidence/R5/R5.html", "evidence/index.html",
+                "raw_data/published/R2_readings.csv", "requirements.lock", "patches/README.md"):
+        assert rel in files, rel
+    assert not [rel for rel in files if rel.startswith(("logs/", "models/", "pools/", ".snakemake/"))]
+    pages = sorted(built.glob("evidence/**/*.html"))
+    assert len(pages) >= 12
+    for page in pages:
+        assert page_stamps(page.read_bytes()) == [digest], page
+    # One digit changed in a published reading: named, and verify fails.
+    project = tmp_path / "kvtier"
+    shutil.copytree(built, project, symlinks=True)
+    readings = project / "raw_data" / "published" / "R2_readings.csv"
+    readings.write_text(readings.read_text().replace("local_disk,8,10.17,43.9", "local_disk,8,10.18,43.9"))
+    changed = run(["kvtier", "verify"], cwd=project, check=False)
+    assert changed.returncode == 1
+    assert changed.stdout.splitlines() == [line for line in changed.stdout.splitlines()
+                                           if "raw_data/published/R2_readings.csv" in line] != []
 
 
 def test_fresh_copy_dry_run_and_lint_are_clean(project_copy):
@@ -173,7 +205,7 @@ def test_changing_the_ledger_rerenders_only_the_pages_that_read_it(built, tmp_pa
     # The audit, R1, which shows the published R1 claims as context, B and R9, which show document 000's.
     # And the index and the last gate's flag, as above.
     assert jobs_of_dry_run(project) == {"render_audit": 1, "render_R1": 1, "render_B": 1, "render_R9": 1, "index": 1,
-                                        "gate_proceed": 1, "all": 1}
+                                        "gate_proceed": 1, "package_manifest": 1, "all": 1}
 
 
 def test_audit_can_be_switched_off(project_copy):

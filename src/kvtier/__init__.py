@@ -4,6 +4,8 @@ The package is grouped by concern, one subpackage per room (docs/ARCHITECTURE.md
 
     cli        the one command line, `kvtier`: parses arguments, calls the rooms below, prints
     audit      the claims audit (evidence A): ledger, formulas, rules, verdicts, cross-checks
+    gates      the gated joint test G1-G4: verdict records, the gates page
+    package    R8, the package itself: its manifest, `kvtier verify`, the reproducible archive
     evidence   readings -> pages: published readings, per-item figures (r1, r2, r2_local, r3), tables, charts,
                notebook rendering, the index, the catalog
     runs       measured runs: one tier's cold-resume run, a campaign's tables, R1's run driver
@@ -11,7 +13,7 @@ The package is grouped by concern, one subpackage per room (docs/ARCHITECTURE.md
     stack      what serves: vLLM and LMCache server processes, LMCache builds, the generated model
     core       config, errors, atomic writes, hashing, paths, git revision, tier names, HTTP JSON
 
-Imports run one way only: cli -> audit -> evidence -> runs -> bench | probes -> stack -> core (bench and probes
+Imports run one way only: cli -> audit | gates | package -> evidence -> runs -> bench | probes -> stack -> core (bench and probes
 never import each other); tests/test_layout.py fails on an import against that order.
 
 The small shared helpers live in one `kvtier.core` subpackage rather than at the top: every module then sits in

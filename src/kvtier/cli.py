@@ -54,6 +54,32 @@ def _cmd_index(args) -> None:
     print(f"wrote {index.build(args.evidence_dir, args.item)}")
 
 
+def _cmd_manifest(args) -> None:
+    from .package import manifest
+    path, digest = manifest.write(args.root, args.evidence_dir)
+    print(f"wrote {path}: sha256 {digest} (every page stamped with it)")
+
+
+def _cmd_verify(args) -> int:
+    from .package import manifest
+    findings, checked = manifest.verify(args.root, args.manifest)
+    for finding in findings:
+        print(finding)
+    if findings:
+        counts = {kind: sum(f.kind == kind for f in findings) for kind in ("MODIFIED", "MISSING", "EXTRA")}
+        print(f"kvtier verify: {len(findings)} finding(s) in {checked} files: "
+              + ", ".join(f"{n} {kind}" for kind, n in counts.items() if n), file=sys.stderr)
+        return 1
+    print(f"kvtier verify: {checked} files match the manifest")
+    return 0
+
+
+def _cmd_package(args) -> None:
+    from .package import archive
+    path, digest = archive.build(args.root, args.out_dir, args.manifest)
+    print(f"wrote {path} (manifest sha256 {digest})")
+
+
 def _cmd_screenshots(args) -> None:
     from .evidence import screenshots
     written, drawn = screenshots.shoot_all(args.evidence_dir, args.out_dir)
@@ -430,6 +456,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--evidence-dir", default="evidence")
     p.add_argument("--item", action="append", default=[], required=True, help="rendered item id (repeatable)")
     p.set_defaults(func=_cmd_index)
+
+    p = sub.add_parser("manifest", help="R8: write evidence/package_manifest.json (the sha256 of every file of the "
+                       "package) and stamp its hash on every page")
+    p.add_argument("--root", default=".", help="the project folder")
+    p.add_argument("--evidence-dir", default="evidence", help="the evidence folder, relative to ROOT")
+    p.set_defaults(func=_cmd_manifest)
+
+    p = sub.add_parser("verify", help="R8: check the package against its manifest; every MODIFIED, MISSING or EXTRA "
+                       "path is named, and any exits 1")
+    p.add_argument("--root", default=".", help="the project folder")
+    p.add_argument("--manifest", help="the manifest to check against (default: ROOT/evidence/package_manifest.json)")
+    p.set_defaults(func=_cmd_verify)
+
+    p = sub.add_parser("package", help="R8: write dist/kvtier-evidence-<version>-<hash>.tar.gz, byte-reproducible, "
+                       "from a package that verifies")
+    p.add_argument("--root", default=".", help="the project folder")
+    p.add_argument("--out-dir", default="dist")
+    p.add_argument("--manifest", help="the package's manifest (default: ROOT/evidence/package_manifest.json)")
+    p.set_defaults(func=_cmd_package)
 
     p = sub.add_parser("screenshots", help="headless Chromium screenshots of every rendered page (a maintainer's "
                        "check of how readers see them)")

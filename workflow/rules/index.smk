@@ -21,3 +21,28 @@ rule index:
         "../../environment.yml"
     shell:
         "kvtier index {params.argv:q} > {log:q} 2>&1"
+
+
+# R8, the package itself: the sha256 of every file the evidence rests on (raw data, patches, locks, workflow,
+# notebooks, config, code, LMCache build records, every page), written last and stamped on every page.
+rule package_manifest:
+    group:
+        "pages"
+    message:
+        "R8: the package manifest, its sha256 stamped on every page: {output.manifest}"
+    input:
+        index=rules.index.output.html,
+        # After the last gate's flag, which is part of the package.
+        last_gate=[f"{GATES_DIR}/{LAST_GATE}.proceed"] if GATES_ON else [],
+    output:
+        manifest=f"{EVIDENCE}/package_manifest.json",
+    params:
+        evidence_dir=lambda wildcards, output: os.path.dirname(output.manifest),
+    resources:
+        **SMALL_JOB,
+    log:
+        "logs/package_manifest.log",
+    conda:
+        "../../environment.yml"
+    shell:
+        "kvtier manifest --root . --evidence-dir {params.evidence_dir:q} > {log:q} 2>&1"

@@ -10,6 +10,7 @@ from pathlib import Path
 from .. import __version__
 from ..core.atomic import write_text
 from ..core.errors import KvtierError
+from ..core.hashing import stamp_element
 from .catalog import CATALOG
 from .render import MANIFEST_NAME
 
@@ -20,7 +21,7 @@ _PAGE = """<!DOCTYPE html>
 <title>kvtier evidence</title>
 <style>
 body {{ font-family: system-ui, sans-serif; max-width: 60rem; margin: 2rem auto; padding: 0 1rem; color: #222; }}
-li {{ margin: 0.4rem 0; }} code {{ font-size: 0.9em; }} .missing {{ color: #777; }}
+li {{ margin: 0.4rem 0; }} footer {{ color: #777; font-size: 0.85em; margin-top: 2rem; word-break: break-all; }} code {{ font-size: 0.9em; }} .missing {{ color: #777; }}
 </style>
 </head>
 <body>
@@ -36,6 +37,8 @@ input and output.</p>
 <ul class="missing">
 {missing}
 </ul>
+<footer>package manifest (<a href="package_manifest.json">package_manifest.json</a>, evidence R8) sha256:
+{stamp} · check the whole package with <code>kvtier verify</code></footer>
 </body>
 </html>
 """
@@ -62,4 +65,4 @@ def build(evidence_dir: str | os.PathLike, items: list[str]) -> Path:
     write_text(evidence_dir / MANIFEST_NAME,
                json.dumps({"tool": f"kvtier {__version__}", "items": manifests}, indent=2, ensure_ascii=False) + "\n")
     return write_text(evidence_dir / "index.html",
-                      _PAGE.format(version=__version__, rendered="\n".join(rendered), missing="\n".join(missing)))
+                      _PAGE.format(version=__version__, stamp=stamp_element(), rendered="\n".join(rendered), missing="\n".join(missing)))
