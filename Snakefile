@@ -7,6 +7,11 @@ min_version("9.0")
 configfile: "config/config.yaml"
 
 
+# `snakemake --report`: every evidence page and chart, filed under its item (workflow/rules/common.smk,
+# evidence_report).
+report: "workflow/report/workflow.rst"
+
+
 include: "workflow/rules/common.smk"
 include: "workflow/rules/replay.smk"
 include: "workflow/rules/audit.smk"

@@ -527,3 +527,23 @@ def test_with_stop_on_fail_false_a_page_rendered_after_a_failed_G1_says_so(built
     assert "cpu.usable_cpus: FAIL (a machine this one is not)" in html
     manifest = json.loads((page.parent / "manifest.json").read_text())
     assert [g["gate"] for g in manifest["after_failed_gates"]] == ["G1"]
+
+
+def test_snakemakes_report_holds_every_page_and_chart_with_its_caption(built, tmp_path):
+    import zipfile
+
+    from kvtier.evidence.catalog import BY_ID
+    out = tmp_path / "report.zip"
+    run(["snakemake", "--report", str(out), *PRESET], cwd=built)
+    with zipfile.ZipFile(out) as archive:
+        names = archive.namelist()
+        html = archive.read("report/report.html").decode()
+    filed = sorted(Path(name).name for name in names if name.startswith("report/data/raw/"))
+    pages = sorted(page.name for page in built.glob("evidence/*/*.html"))
+    charts = ["R2_chart.png", "R2_chart.svg", "R9_chart.svg"]
+    assert filed == sorted(pages + charts)
+    for item in ("R1", "R2_local", "R3", "R5", "B", "G"):
+        assert f"{item}: {BY_ID[item].title}" in html, item
+    # Each caption names the rule and the notebook that made the file.
+    assert html.count("Rendered by rule") >= len(filed)
+    assert "notebooks/R5.ipynb" in html and "render_R5" in html

@@ -13,7 +13,7 @@ rule render_audit:
         b=f"{PUBLISHED}/B_readings.csv",
         sources=SOURCES,
     output:
-        html=f"{EVIDENCE}/audit/audit.html",
+        html=report(f"{EVIDENCE}/audit/audit.html", **PAGE_REPORT["A"]),
         executed=f"{EVIDENCE}/audit/audit.ipynb",
         verdicts=f"{EVIDENCE}/audit/verdicts.json",
         verdicts_csv=f"{EVIDENCE}/audit/verdicts.csv",

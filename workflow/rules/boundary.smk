@@ -71,7 +71,7 @@ rule render_B:
         trace=BOUNDARY["profile_trace"],
         gate=G1_RECORD,
     output:
-        html=f"{EVIDENCE}/B/B.html",
+        html=report(f"{EVIDENCE}/B/B.html", **PAGE_REPORT["B"]),
         executed=f"{EVIDENCE}/B/B.ipynb",
         winners=f"{EVIDENCE}/B/B_winners.csv",
         manifest=f"{EVIDENCE}/B/manifest.json",

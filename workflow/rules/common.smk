@@ -218,3 +218,13 @@ SOURCES = sorted(glob.glob(f"{PUBLISHED}/sources/*.txt"))
 
 # How every notebook is executed (kvtier.evidence.render.cli_args builds a rule's `kvtier render` arguments).
 RENDER_OPTIONS = {key: RENDER[key] for key in ("cell_timeout_s", "html_template")}
+
+
+
+# `snakemake --report`: an evidence page, or a chart saved beside it, filed under its item's catalog title, with a
+# caption that names what made it (workflow/report/evidence.rst). A rule marks one as report(PATH, **PAGE_REPORT[id]).
+PAGE_REPORT, CHART_REPORT = (
+    {item.id: {"caption": "../report/evidence.rst", "category": f"{item.id}: {item.title}",
+               "labels": {"item": item.id, "file": kind, "what": item.summary}} for item in CATALOG.values()}
+    for kind in ("page", "chart")
+)

@@ -181,7 +181,7 @@ rule render_gates:
         g4=[f"{GATES_DIR}/G4.json"] if SOAK_ON else [],
         platform=rules.platform.output.record,
     output:
-        html=f"{EVIDENCE}/gates/gates.html",
+        html=report(f"{EVIDENCE}/gates/gates.html", **PAGE_REPORT["G"]),
         executed=f"{EVIDENCE}/gates/gates.ipynb",
         lines=f"{EVIDENCE}/gates/gate_lines.csv",
         manifest=f"{EVIDENCE}/gates/manifest.json",
@@ -212,7 +212,7 @@ rule render_R6:
         g1=rules.gate_g1.output.record,
         platform=rules.platform.output.record,
     output:
-        html=f"{EVIDENCE}/R6/R6.html",
+        html=report(f"{EVIDENCE}/R6/R6.html", **PAGE_REPORT["R6"]),
         executed=f"{EVIDENCE}/R6/R6.ipynb",
         lines=f"{EVIDENCE}/R6/R6_lines.csv",
         manifest=f"{EVIDENCE}/R6/manifest.json",
@@ -242,7 +242,7 @@ rule render_R7:
         g2=rules.gate_g2.output.record,
         g1=rules.gate_g1.output.record,
     output:
-        html=f"{EVIDENCE}/R7/R7.html",
+        html=report(f"{EVIDENCE}/R7/R7.html", **PAGE_REPORT["R7"]),
         executed=f"{EVIDENCE}/R7/R7.ipynb",
         deliverable=f"{EVIDENCE}/R7/R7_deliverable.csv",
         manifest=f"{EVIDENCE}/R7/manifest.json",

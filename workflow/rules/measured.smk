@@ -15,7 +15,7 @@ rule render_R2_local:
         conditions=f"{CAMPAIGN_DIR}/conditions.json",
         gate=G1_RECORD,
     output:
-        html=f"{EVIDENCE}/R2_local/R2_local.html",
+        html=report(f"{EVIDENCE}/R2_local/R2_local.html", **PAGE_REPORT["R2_local"]),
         executed=f"{EVIDENCE}/R2_local/R2_local.ipynb",
         table=f"{EVIDENCE}/R2_local/R2_local_table.csv",
         manifest=f"{EVIDENCE}/R2_local/manifest.json",
@@ -51,7 +51,7 @@ rule render_R3:
         conditions=f"{CAMPAIGN_DIR}/conditions.json",
         gate=G1_RECORD,
     output:
-        html=f"{EVIDENCE}/R3/R3.html",
+        html=report(f"{EVIDENCE}/R3/R3.html", **PAGE_REPORT["R3"]),
         executed=f"{EVIDENCE}/R3/R3.ipynb",
         table=f"{EVIDENCE}/R3/R3_table.csv",
         manifest=f"{EVIDENCE}/R3/manifest.json",
@@ -83,7 +83,7 @@ rule render_R4:
         runs=R4_INPUTS,
         gate=G1_RECORD,
     output:
-        html=f"{EVIDENCE}/R4/R4.html",
+        html=report(f"{EVIDENCE}/R4/R4.html", **PAGE_REPORT["R4"]),
         executed=f"{EVIDENCE}/R4/R4.ipynb",
         table=f"{EVIDENCE}/R4/R4_platform.csv",
         manifest=f"{EVIDENCE}/R4/manifest.json",

@@ -63,7 +63,7 @@ rule render_R1:
         claims=f"{PUBLISHED}/claims.yaml",
         gate=G1_RECORD,
     output:
-        html=f"{EVIDENCE}/R1/R1.html",
+        html=report(f"{EVIDENCE}/R1/R1.html", **PAGE_REPORT["R1"]),
         executed=f"{EVIDENCE}/R1/R1.ipynb",
         targets=f"{EVIDENCE}/R1/R1_targets.csv",
         manifest=f"{EVIDENCE}/R1/manifest.json",

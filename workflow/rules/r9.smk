@@ -61,11 +61,11 @@ rule render_R9:
         claims=f"{PUBLISHED}/claims.yaml",
         gate=G1_RECORD,
     output:
-        html=f"{EVIDENCE}/R9/R9.html",
+        html=report(f"{EVIDENCE}/R9/R9.html", **PAGE_REPORT["R9"]),
         executed=f"{EVIDENCE}/R9/R9.ipynb",
         table=f"{EVIDENCE}/R9/R9_table.csv",
         comparisons=f"{EVIDENCE}/R9/R9_comparisons.csv",
-        chart=f"{EVIDENCE}/R9/R9_chart.svg",
+        chart=report(f"{EVIDENCE}/R9/R9_chart.svg", **CHART_REPORT["R9"]),
         manifest=f"{EVIDENCE}/R9/manifest.json",
     params:
         argv=lambda wildcards, input, output: render_args(

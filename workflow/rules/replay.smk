@@ -12,13 +12,13 @@ rule render_R2:
         conditions=f"{PUBLISHED}/R2_conditions.yaml",
         provenance=f"{PUBLISHED}/R2_provenance.yaml",
     output:
-        html=f"{EVIDENCE}/R2/R2.html",
+        html=report(f"{EVIDENCE}/R2/R2.html", **PAGE_REPORT["R2"]),
         executed=f"{EVIDENCE}/R2/R2.ipynb",
         table=f"{EVIDENCE}/R2/R2_table.csv",
         pool_vs_local=f"{EVIDENCE}/R2/R2_pool_vs_local_disk.csv",
         vs_recompute=f"{EVIDENCE}/R2/R2_vs_recompute.csv",
-        png=f"{EVIDENCE}/R2/R2_chart.png",
-        svg=f"{EVIDENCE}/R2/R2_chart.svg",
+        png=report(f"{EVIDENCE}/R2/R2_chart.png", **CHART_REPORT["R2"]),
+        svg=report(f"{EVIDENCE}/R2/R2_chart.svg", **CHART_REPORT["R2"]),
         manifest=f"{EVIDENCE}/R2/manifest.json",
     params:
         argv=lambda wildcards, input, output: render_args(

@@ -67,7 +67,7 @@ rule render_R5:
         g4=rules.gate_g4.output.record,
         gate=G1_RECORD,
     output:
-        html=f"{EVIDENCE}/R5/R5.html",
+        html=report(f"{EVIDENCE}/R5/R5.html", **PAGE_REPORT["R5"]),
         executed=f"{EVIDENCE}/R5/R5.ipynb",
         windows=f"{EVIDENCE}/R5/R5_windows.csv",
         faults=f"{EVIDENCE}/R5/R5_faults.csv",
