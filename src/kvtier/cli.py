@@ -80,6 +80,23 @@ def _cmd_package(args) -> None:
     print(f"wrote {path} (manifest sha256 {digest})")
 
 
+def _cmd_import(args) -> None:
+    from .bench.imports import import_file
+    print(f"wrote {import_file(args.format, args.file, args.out)}")
+
+
+def _cmd_compare(args) -> int:
+    from .bench import compare
+    from .bench.imports import metrics
+    (label_a, windows_a), (label_b, windows_b) = metrics.load(args.run_a), metrics.load(args.run_b)
+    a = metrics.pick(args.run_a, windows_a, args.window_a)
+    b = metrics.pick(args.run_b, windows_b, args.window_b)
+    rows, only_a, only_b = compare.compare(a, b, args.tolerance, args.abs_tolerance_s, args.metric)
+    print(compare.text(f"{args.run_a} ({label_a})", f"{args.run_b} ({label_b})", a, b, rows, only_a, only_b,
+                       args.tolerance, args.abs_tolerance_s))
+    return 1 if any(row.verdict == "DIFFER" for row in rows) else 0
+
+
 def _cmd_screenshots(args) -> None:
     from .evidence import screenshots
     written, drawn = screenshots.shoot_all(args.evidence_dir, args.out_dir)
@@ -475,6 +492,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out-dir", default="dist")
     p.add_argument("--manifest", help="the package's manifest (default: ROOT/evidence/package_manifest.json)")
     p.set_defaults(func=_cmd_package)
+
+    from .bench.imports import FORMATS
+    p = sub.add_parser("import", help="another tool's result file mapped onto kvtier's summary metrics, each "
+                       "with its definition, and every field that cannot be mapped listed, into a new run folder")
+    p.add_argument("format", choices=FORMATS)
+    p.add_argument("file", help="the tool's result file")
+    p.add_argument("--out", required=True, metavar="RUN_DIR", help="a new folder for the imported run")
+    p.set_defaults(func=_cmd_import)
+
+    p = sub.add_parser("compare", help="two runs' shared metrics side by side, each AGREE or DIFFER within a "
+                       "tolerance (B is the reference); exit 1 on any DIFFER")
+    p.add_argument("run_a", metavar="RUN_A", help="a kvtier run folder (summary.json) or an imported one")
+    p.add_argument("run_b", metavar="RUN_B", help="the reference run, of either kind")
+    p.add_argument("--window-a", help="the window of A to compare (needed when A has several)")
+    p.add_argument("--window-b", help="the window of B to compare (needed when B has several)")
+    p.add_argument("--tolerance", type=float, default=0.15, help="relative tolerance, of |B|")
+    p.add_argument("--abs-tolerance-s", type=float, default=0.0,
+                   help="absolute floor of the tolerance for times, in seconds")
+    p.add_argument("--metric", action="append", help="compare only this metric (repeatable), e.g. ttft_s.p50")
+    p.set_defaults(func=_cmd_compare)
 
     p = sub.add_parser("screenshots", help="headless Chromium screenshots of every rendered page (a maintainer's "
                        "check of how readers see them)")

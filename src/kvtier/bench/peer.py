@@ -32,6 +32,7 @@ def _run(base_url: str, model: str, tokenizer: str, input_tokens: int, output_to
          num_prompts: int, result_dir: str | os.PathLike, concurrency: int | None = None,
          rate_per_s: float | None = None, seed: int = 1, extra: list[str] | None = None) -> dict:
     """`vllm bench serve` on the random dataset: closed loop at `concurrency`, or Poisson at `rate_per_s`."""
+    import vllm
     from vllm.benchmarks import serve
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
@@ -42,7 +43,9 @@ def _run(base_url: str, model: str, tokenizer: str, input_tokens: int, output_to
             "--dataset-name", "random", "--random-input-len", str(input_tokens),
             "--random-output-len", str(output_tokens), "--num-prompts", str(num_prompts), "--seed", str(seed),
             "--ignore-eos", "--temperature", "0", "--save-result", "--result-dir", str(result_dir),
-            "--result-filename", RESULT_FILE, "--disable-tqdm"]
+            "--result-filename", RESULT_FILE, "--disable-tqdm",
+            # The result does not say which vLLM made it; `kvtier import` reads this.
+            "--metadata", f"vllm_version={vllm.__version__}"]
     if concurrency is not None:
         argv += ["--max-concurrency", str(concurrency)]
     if rate_per_s is not None:
