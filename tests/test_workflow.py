@@ -160,12 +160,9 @@ def test_fresh_copy_dry_run_and_lint_are_clean(project_copy):
     lint = run(["snakemake", "--lint"], cwd=project_copy, check=False)
     assert lint.returncode == 0, lint.stdout + lint.stderr
     assert "Lints for" not in lint.stdout + lint.stderr
-    # The default config soaks; the README's `--config soak='{enabled: false}'` (Snakemake hands its scalars over as
-    # strings) turns the soak off, and G3 becomes the last gate.
-    jobs = jobs_of_dry_run(project_copy, ("config/config.yaml",))
+    # The README's `--config soak='{enabled: true}'` (Snakemake hands its scalars over as strings) turns the soak on.
+    jobs = jobs_of_dry_run(project_copy, ("config/config.yaml",), ["--config", "soak={enabled: true}"])
     assert jobs["soak"] == 1 and jobs["gate_g4"] == 1
-    jobs = jobs_of_dry_run(project_copy, ("config/config.yaml",), ["--config", "soak={enabled: false}"])
-    assert "soak" not in jobs and "gate_g4" not in jobs
 
 
 @pytest.mark.parametrize("bad, named", [
