@@ -7,8 +7,8 @@ min_version("9.0")
 configfile: "config/config.yaml"
 
 
-# `snakemake --report`: every evidence page and chart, filed under its item (workflow/rules/common.smk,
-# evidence_report).
+# `snakemake --report`: every evidence page and chart, filed under its item (PAGE_REPORT and CHART_REPORT in
+# workflow/rules/common.smk).
 report: "workflow/report/workflow.rst"
 
 

@@ -40,7 +40,7 @@ def test_bad_input_is_refused_naming_the_file_and_key(tmp_path):
     assert not (tmp_path / "run").exists()
     bad.write_text("{not json")
     proc = kvtier("import", "vllm-bench-serve", str(bad), "--out", str(tmp_path / "run"))
-    assert proc.returncode == 2 and "not a vllm bench serve result (JSON)" in proc.stderr
+    assert proc.returncode == 2 and "result.json: not a readable vllm bench serve result" in proc.stderr
     # An import never writes over a run.
     shutil.copytree(KVTIER_RUN, tmp_path / "taken")
     (tmp_path / "taken" / "run.json").write_text("{}")

@@ -36,15 +36,6 @@ class Imported:
     metadata: dict
 
 
-def read_json(path: Path, what: str):
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise KvtierError(f"{path}: no such {what}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise KvtierError(f"{path}: not a {what} (JSON): {err}") from None
-
-
 def require(record: dict, key: str, path: Path, kinds=(int, float)):
     value = record.get(key)
     if not isinstance(value, kinds) or isinstance(value, bool):

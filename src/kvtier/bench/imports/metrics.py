@@ -4,22 +4,23 @@ values in its units (seconds, tokens, per second)."""
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
-import yaml
-
+from ...core.config import load_yaml, read_json
 from ...core.errors import KvtierError
 from ...core.paths import schema_path
-from .common import IMPORTED_FILE, Window, read_json
+from .common import IMPORTED_FILE, Window
 
 DISTRIBUTIONS = ("ttft_s", "itl_s", "tpot_s", "e2e_s")
 STATISTICS = ("p50", "p90", "p95", "p99", "mean")
 SUMMARY_FILE = "summary.json"
 
 
+@functools.cache
 def kvtier_definitions() -> dict[str, str]:
-    """What kvtier means by each metric family: the summary schema's own descriptions."""
-    schema = yaml.safe_load(schema_path("summary").read_text(encoding="utf-8"))
+    """What kvtier means by each metric family: the summary schema's own descriptions (read once)."""
+    schema = load_yaml(schema_path("summary"))
     window = schema["properties"]["windows"]["items"]["properties"]
     found = {name: f"kvtier bench: {window[name]['description']}" for name in (*DISTRIBUTIONS, "duration_s",
                                                                                "request_rate_per_s")}
@@ -44,7 +45,7 @@ def of_summary_window(entry: dict) -> Window:
     if isinstance((entry.get("output_tok_s") or {}).get("aggregate"), (int, float)):
         metrics["output_tok_s.aggregate"] = entry["output_tok_s"]["aggregate"]
     return Window(window=entry["window"], concurrency=entry.get("concurrency"), metrics=metrics,
-                  definitions=kvtier_definitions())
+                  definitions=dict(kvtier_definitions()))
 
 
 def load(run: str | Path) -> tuple[str, list[Window]]:

@@ -9,8 +9,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from ...core.config import read_json
 from ...core.errors import KvtierError
-from .common import Imported, Window, read_json, require
+from .common import Imported, Window, require
 
 TOOL = "vllm bench serve"
 DEFINITIONS = {
