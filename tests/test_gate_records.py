@@ -60,6 +60,28 @@ def test_proceed_writes_the_flag_on_pass_and_stops_on_fail_naming_gate_lines_and
     assert json.loads(flag.read_text())["verdict"] == "FAIL"
 
 
+def test_an_undecided_gate_goes_on_marked_unless_stop_on_undecided(tmp_path):
+    flag = tmp_path / "G3.proceed"
+    undecided = a_record(tmp_path, "UNDECIDED", gate="G3", lines=[
+        {"name": "concurrency 8: TTFT p50 reduction %", "verdict": "MET"},
+        {"name": "concurrency 16: TTFT p50 reduction %", "verdict": "UNDECIDED"}])
+    assert record.proceed(undecided, flag)["after_failed_gate"] is True
+    assert json.loads(flag.read_text())["verdict"] == "UNDECIDED"
+    flag.unlink()
+    with pytest.raises(KvtierError) as stopped:
+        record.proceed(undecided, flag, stop_on_undecided=True)
+    assert ("G3 main gate UNDECIDED (1 of 2 lines): later stages are not run (gates.stop_on_undecided is true)"
+            in str(stopped.value)) and "concurrency 16: TTFT p50 reduction %: UNDECIDED" in str(stopped.value)
+    assert not flag.exists()
+    # stop_on_fail alone does not stop an undecided gate, nor stop_on_undecided a failed one
+    assert not record.stops("UNDECIDED", stop_on_fail=True) and not record.stops("FAIL", False, True)
+    go_on = run(["kvtier", "gate-proceed", str(undecided), "--flag", str(flag)], cwd=ROOT)
+    assert "G3 UNDECIDED: later stages run after an undecided gate" in go_on.stdout and flag.is_file()
+    stop = run(["kvtier", "gate-proceed", str(undecided), "--flag", str(tmp_path / "g"), "--stop-on-undecided", "1"],
+               cwd=ROOT, check=False)
+    assert stop.returncode == 2 and "UNDECIDED" in stop.stderr and not (tmp_path / "g").exists()
+
+
 def test_gate_proceed_command_exits_non_zero_on_fail_and_prints_why(tmp_path):
     failed = a_record(tmp_path, "FAIL")
     proc = run(["kvtier", "gate-proceed", str(failed), "--flag", str(tmp_path / "f")], cwd=ROOT, check=False)
@@ -80,12 +102,18 @@ def test_a_page_rendered_after_a_failed_gate_says_so_at_its_top(tmp_path):
     page = render.render("X", nb, out, {"out_dir": str(out)}, [], cwd=tmp_path,
                          after_failed_gates=record.failed_gates([passed, failed]))
     html = page.read_text()
-    assert "Rendered after a failed gate" in html and "G1 arrival acceptance: FAIL" in html
-    assert html.index("Rendered after a failed gate") < html.index("figures")
+    assert "Rendered after a gate that did not pass" in html and "G1 arrival acceptance: FAIL" in html
+    assert "stop_on_fail" in html and "#c0392b" in html
+    assert html.index("Rendered after a gate that did not pass") < html.index("figures")
     manifest = json.loads((out / "manifest.json").read_text())
     assert [g["gate"] for g in manifest["after_failed_gates"]] == ["G1"]
     clean = render.render("X", nb, tmp_path / "evidence" / "Y", {"out_dir": str(out)}, [], cwd=tmp_path)
-    assert "Rendered after a failed gate" not in clean.read_text()
+    assert "Rendered after a gate" not in clean.read_text()
+    # after an undecided gate only: the banner is amber and says why the run went on
+    undecided = a_record(tmp_path / "a", "UNDECIDED", gate="G3", lines=[{"name": "c16", "verdict": "UNDECIDED"}])
+    amber = render.render("X", nb, tmp_path / "evidence" / "Z", {"out_dir": str(out)}, [], cwd=tmp_path,
+                          after_failed_gates=record.failed_gates([passed, undecided])).read_text()
+    assert "G3 main gate: UNDECIDED" in amber and "stop_on_undecided" in amber and "#b9770e" in amber
 
 
 @pytest.fixture(scope="module")
@@ -155,8 +183,9 @@ def test_gate_g3_on_the_campaign_fixture_keeps_its_reason(tmp_path):
                 json.dumps({"candidate": "shared_pool", "baseline": "recompute", "ttft_reduction_min_pct": 25}),
                 "--why", "one disk under both pools", "--out", str(out)], cwd=ROOT, check=False)
     result = record.read(out)
-    # 2 rounds (test preset): Student's t with 1 degree of freedom leaves the c2 tok/s gain undecided
-    assert proc.returncode == 1 and result["verdict"] == "FAIL"
+    # 2 rounds (test preset): Student's t with 1 degree of freedom leaves the c2 tok/s gain undecided, and no line
+    # missed: the gate is UNDECIDED, not passed (exit 1)
+    assert proc.returncode == 1 and result["verdict"] == "UNDECIDED"
     assert "UNDECIDED c2 output tok/s gain % ≥ 0: 82.9 [-23.1, 332.8]" in proc.stdout
     assert result["notes"] == ["one disk under both pools"]
     assert {line["name"] for line in result["lines"]} == {

@@ -56,7 +56,12 @@ def test_g3_a_point_over_the_threshold_with_an_interval_across_it_is_not_a_pass(
                            ([130, 115, 125, 120], [100, 100, 100, 100])), SETTINGS)
     ttft = rows[0]
     assert ttft["point_pct"] > 25 and ttft["low_pct"] < 25 and ttft["verdict"] == stats.UNDECIDED
-    assert g3.verdict(rows) == "FAIL"
+    # not passed, and not failed either: nothing missed its threshold
+    assert rows[1]["verdict"] == stats.MET and g3.verdict(rows) == "UNDECIDED"
+    assert "1 of 2 lines MET" in g3.text(rows, SETTINGS)
+    # a line that misses makes the gate FAIL whatever else is undecided
+    assert g3.verdict([ttft, {**rows[1], "verdict": stats.NOT_MET}]) == "FAIL"
+    assert g3.verdict([]) == "FAIL"
 
 
 def test_g3_no_effect_is_not_met_and_bad_settings_are_refused():

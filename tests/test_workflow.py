@@ -160,9 +160,12 @@ def test_fresh_copy_dry_run_and_lint_are_clean(project_copy):
     lint = run(["snakemake", "--lint"], cwd=project_copy, check=False)
     assert lint.returncode == 0, lint.stdout + lint.stderr
     assert "Lints for" not in lint.stdout + lint.stderr
-    # The README's `--config soak='{enabled: true}'` (Snakemake hands its scalars over as strings) turns the soak on.
-    jobs = jobs_of_dry_run(project_copy, ("config/config.yaml",), ["--config", "soak={enabled: true}"])
+    # The default config soaks; the README's `--config soak='{enabled: false}'` (Snakemake hands its scalars over as
+    # strings) turns the soak off, and G3 becomes the last gate.
+    jobs = jobs_of_dry_run(project_copy, ("config/config.yaml",))
     assert jobs["soak"] == 1 and jobs["gate_g4"] == 1
+    jobs = jobs_of_dry_run(project_copy, ("config/config.yaml",), ["--config", "soak={enabled: false}"])
+    assert "soak" not in jobs and "gate_g4" not in jobs
 
 
 @pytest.mark.parametrize("bad, named", [
@@ -413,9 +416,13 @@ def test_the_gates_ran_in_order_before_what_they_gate_and_their_page_shows_every
     assert list(r6["field"]) == [line["field"] for line in records["G1"]["lines"]] and set(r6["verdict"]) == {"PASS"}
     r7 = read_table(built / "evidence" / "R7" / "R7_deliverable.csv")
     assert set(r7["path"]) == {"local_disk", "shared_pool"} and (r7.filter(like="qd").stack().dropna() > 0).all()
-    # G1 passed, so no page carries the banner of a failed gate.
+    # G1 passed, so no page carries the banner of a gate that did not pass, but R5, measured after G3, carries
+    # G2's and G3's if they did not (with the test preset's 2 rounds G3 is seldom decided).
     for manifest in (built / "evidence").glob("*/manifest.json"):
-        assert json.loads(manifest.read_text()).get("after_failed_gates", []) == [], manifest
+        marked = [(g["gate"], g["verdict"]) for g in json.loads(manifest.read_text()).get("after_failed_gates", [])]
+        expected = [(gate, records[gate]["verdict"]) for gate in ("G2", "G3")
+                    if records[gate]["verdict"] != "PASS"] if manifest.parent.name == "R5" else []
+        assert marked == expected, manifest
 
 
 def test_R4_sets_the_platform_record_of_every_run_side_by_side(built):
@@ -520,7 +527,7 @@ def test_with_stop_on_fail_false_a_page_rendered_after_a_failed_G1_says_so(built
     assert "G1 FAIL: later stages run after a failed gate" in out
     assert not [line for line in out.splitlines() if any(f"(Rule: {m}" in line for m in MEASUREMENTS)]
     html = page.read_text()
-    assert "Rendered after a failed gate" in html and "G1 arrival acceptance: FAIL" in html
+    assert "Rendered after a gate that did not pass" in html and "G1 arrival acceptance: FAIL" in html
     assert "cpu.usable_cpus: FAIL (a machine this one is not)" in html
     manifest = json.loads((page.parent / "manifest.json").read_text())
     assert [g["gate"] for g in manifest["after_failed_gates"]] == ["G1"]

@@ -404,9 +404,11 @@ def _cmd_gate_g4(args) -> int:
 
 def _cmd_gate_proceed(args) -> None:
     from .gates import record
-    flag = record.proceed(args.record, args.flag, stop_on_fail=bool(args.stop_on_fail))
-    print(f"{flag['gate']} {flag['verdict']}" + (": later stages run after a failed gate (gates.stop_on_fail is "
-                                                 "false)" if flag["after_failed_gate"] else ": later stages run"))
+    flag = record.proceed(args.record, args.flag, stop_on_fail=bool(args.stop_on_fail),
+                          stop_on_undecided=bool(args.stop_on_undecided))
+    after = {record.PASS: "", record.FAIL: " after a failed gate (gates.stop_on_fail is false), every later page marked",
+             record.UNDECIDED: " after an undecided gate (gates.stop_on_undecided is false), every later page marked"}
+    print(f"{flag['gate']} {flag['verdict']}: later stages run{after[flag['verdict']]}")
 
 
 def _cmd_r9_loads(args) -> None:
@@ -716,7 +718,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_gate_g2)
 
     p = sub.add_parser("gate-g3", help="G3 main gate: a candidate tier against a baseline tier over a campaign's "
-                       "rounds, by intervals; exit 0 on PASS, 1 on FAIL")
+                       "rounds, by intervals; exit 0 on PASS, 1 on FAIL or UNDECIDED")
     p.add_argument("--rounds", required=True, help="a campaign's R2_rounds.csv")
     p.add_argument("--settings", required=True, help="JSON of kvtier.gates.g3.G3Settings")
     p.add_argument("--why", default=None, help="why this candidate and baseline (kept in the record)")
@@ -731,11 +733,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_gate_g4)
 
     p = sub.add_parser("gate-proceed", help="let what comes after a gate start: write FLAG when RECORD passed; "
-                       "on FAIL exit non-zero naming the failed lines (unless --stop-on-fail 0)")
+                       "on FAIL exit non-zero naming the failed lines (unless --stop-on-fail 0), on UNDECIDED too "
+                       "with --stop-on-undecided 1")
     p.add_argument("record", help="a gate's verdict record")
     p.add_argument("--flag", required=True, help="the flag file the next stages need")
     p.add_argument("--stop-on-fail", type=int, choices=(0, 1), default=1, help="1: a FAIL stops (exit 2, no "
                    "flag); 0: the flag is written after a FAIL too, marked so (gates.stop_on_fail: false)")
+    p.add_argument("--stop-on-undecided", type=int, choices=(0, 1), default=0, help="1: an UNDECIDED gate stops "
+                   "as a FAIL does (gates.stop_on_undecided: true); 0: the flag is written, marked so")
     p.set_defaults(func=_cmd_gate_proceed)
 
     p = sub.add_parser("notebook-sync", help="regenerate NOTEBOOK.ipynb from its jupytext NOTEBOOK.py and "

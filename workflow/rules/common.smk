@@ -193,6 +193,8 @@ if SOAK_ON:
 G4_SETTINGS = json.dumps(GATES["g4"])
 # The last gate: the run's target waits for its flag.
 LAST_GATE = "G4" if SOAK_ON else "G3"
+# The soak starts after G3's flag: its page carries the banner of any gate before it that did not pass.
+GATES_BEFORE_SOAK = [f"{GATES_DIR}/{gate}.json" for gate in ("G1", "G2", "G3")]
 
 # R4: the platform record of every run of the campaign (kvtier.evidence.r4): the runs (directory outputs, and G1's
 # record), and the records in them that the page's manifest hashes.

@@ -157,6 +157,7 @@ rule gate_proceed:
         # not look again at the jobs downstream of a job it reruns (they take the flag as `ancient`), so a G2 or
         # G3 setting changed in the same run would go unseen.
         stop_on_fail=int(GATES["stop_on_fail"]),
+        stop_on_undecided=int(GATES["stop_on_undecided"]),
     log:
         f"logs/gates/{RUNS['campaign']}/{{gate}}.proceed.log",
     conda:
@@ -165,6 +166,7 @@ rule gate_proceed:
     # pipeline's exit status is kvtier's: Snakemake runs its shell commands with pipefail).
     shell:
         "kvtier gate-proceed {input.record:q} --flag {output.flag:q} --stop-on-fail {resources.stop_on_fail}"
+        " --stop-on-undecided {resources.stop_on_undecided}"
         " 2>&1 | tee {log:q}"
 
 

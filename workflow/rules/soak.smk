@@ -65,7 +65,7 @@ rule render_R5:
         notebook="notebooks/R5.ipynb",
         summary=rules.soak.output.summary,
         g4=rules.gate_g4.output.record,
-        gate=G1_RECORD,
+        gate=GATES_BEFORE_SOAK,
     output:
         html=report(f"{EVIDENCE}/R5/R5.html", **PAGE_REPORT["R5"]),
         executed=f"{EVIDENCE}/R5/R5.ipynb",

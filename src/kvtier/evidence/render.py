@@ -51,13 +51,19 @@ def _remove_written_since(folder: Path, before: dict[Path, int]) -> None:
 
 
 def failed_gate_cell(failed: list[dict]) -> nbformat.NotebookNode:
-    """The first cell of a page rendered after a failed gate (gates.stop_on_fail: false): which gate, which lines."""
-    lines = ["<div class=\"kvtier-after-failed-gate\" style=\"border:3px solid #c0392b;padding:0.6em 1em;"
-             "background:#fdecea\">", "", "**Rendered after a failed gate.** These figures were measured on a "
-             "platform, or after a baseline, that did not pass its gate; the run went on because "
-             "`gates.stop_on_fail` is false. Read them as such.", ""]
+    """The first cell of a page rendered after a gate that did not PASS: which gate, its verdict, which lines. Red
+    after a FAIL (the run went on because gates.stop_on_fail is false), amber when every such gate was UNDECIDED
+    (its rounds could not decide a line; the run goes on unless gates.stop_on_undecided is true)."""
+    undecided_only = all(g.get("verdict") == "UNDECIDED" for g in failed)
+    border, background = ("#b9770e", "#fef5e7") if undecided_only else ("#c0392b", "#fdecea")
+    why = ("that could not decide every line (an interval straddles its threshold: more rounds, or a quieter "
+           "machine, may decide it); the run went on because `gates.stop_on_undecided` is false"
+           if undecided_only else "that did not pass; the run went on because `gates.stop_on_fail` is false")
+    lines = [f"<div class=\"kvtier-after-failed-gate\" style=\"border:3px solid {border};padding:0.6em 1em;"
+             f"background:{background}\">", "", f"**Rendered after a gate that did not pass.** These figures were "
+             f"measured on a platform, or after a baseline or a gate, {why}. Read them as such.", ""]
     for gate in failed:
-        lines.append(f"- **{gate['title']}: FAIL** (record `{gate['record']}`): "
+        lines.append(f"- **{gate['title']}: {gate.get('verdict', 'FAIL')}** (record `{gate['record']}`): "
                      + "; ".join(gate["failed"][:8]) + (" …" if len(gate["failed"]) > 8 else ""))
     lines += ["", "</div>"]
     return nbformat.v4.new_markdown_cell("\n".join(lines))

@@ -5,7 +5,9 @@ Per concurrency, a round gives one paired ratio per metric (candidate / baseline
 100 × (1 − ratio) and the throughput gain 100 × (ratio − 1), so their intervals come from the ratio's. A line is
 MET only when its whole interval clears the threshold (the lower bound of the reduction at least
 `ttft_reduction_min_pct`, of the gain at least `tok_gain_min_pct`), NOT MET when the whole interval misses it,
-UNDECIDED otherwise; the gate PASSes only when every line is MET: an undecided gate has not been passed.
+UNDECIDED otherwise. The gate PASSes only when every line is MET, FAILs when a line is NOT MET, and is UNDECIDED
+otherwise: it has not been passed, and the rounds did not show it failed either (kvtier.gates.record says what the
+pipeline does then).
 """
 
 from __future__ import annotations
@@ -66,7 +68,10 @@ def lines(by_round: pd.DataFrame, settings: G3Settings) -> list[dict]:
 
 
 def verdict(rows: list[dict]) -> str:
-    return PASS if rows and all(r["verdict"] == stats.MET for r in rows) else FAIL
+    words = {r["verdict"] for r in rows}
+    if not rows or stats.NOT_MET in words:
+        return FAIL
+    return PASS if words == {stats.MET} else stats.UNDECIDED
 
 
 def text(rows: list[dict], settings: G3Settings) -> str:
