@@ -12,13 +12,14 @@
 # ---
 
 # %% [markdown]
-# # A — claims audit: every numeric claim of both documents, with a verdict
+# # A — claims audit: every numeric claim of the documents, with a verdict
 #
-# `raw_data/published/claims.yaml` registers every numeric statement of the two published documents (in
-# `raw_data/published/sources/`) with its exact quote, the evidence item it cites, the formula over raw readings
-# that would reproduce it and the rounding or range rule used to compare. The `kvtier.audit` package evaluates
-# each one against the transcribed readings (`R2_readings.csv`, the report's raw readings; `B_readings.csv`,
-# document 000's own table) and gives it one verdict:
+# A claims ledger (by default `raw_data/published/claims.yaml`, for the two published documents in
+# `raw_data/published/sources/`) registers every numeric statement of its documents with its exact quote, the
+# evidence item it cites, the formula over raw readings that would reproduce it and the rounding or range rule
+# used to compare. The `kvtier.audit` package evaluates each one against the transcribed readings (by default
+# `R2_readings.csv`, the report's raw readings, and `B_readings.csv`, document 000's own table; a ledger for
+# another document declares its own tables) and gives it one verdict:
 #
 # | verdict | meaning |
 # |---|---|
@@ -28,12 +29,13 @@
 # | **UNCHECKED** | no raw data was published for it |
 # | **REPRODUCED** | the recomputed value matches under the stated rounding or range rule |
 #
-# Every digit of both documents is either in a registered claim's quote or in a `not_claims` entry that says why
-# it is not a claim (links, identifiers, names, the publication date); a test checks this.
+# Every digit of the documents is either in a registered claim's quote or in a `not_claims` entry that says why
+# it is not a claim (links, identifiers, names, the publication date); a test checks this for the shipped ledger.
 
 # %% tags=["parameters"]
 claims = "../raw_data/published/claims.yaml"  # the claims ledger
-published_dir = "../raw_data/published"  # readings and source documents
+published_dir = "../raw_data/published"  # the ledger's readings tables
+sources_dir = ""  # the documents it quotes; empty: published_dir/sources
 out_dir = ""  # evidence folder for verdicts.json/.csv and cross_checks.json/.csv; empty: write nothing
 
 # %%
@@ -42,7 +44,13 @@ from IPython.display import Markdown, display
 
 from kvtier.audit import audit, crosschecks, ledger, load_tables, report
 
-results = audit(ledger.load(claims, published_dir), load_tables(published_dir))
+registered = ledger.load(claims, published_dir, sources_dir or None)
+print(f"ledger {claims}: {len(registered.claims)} claims")
+for name, meta in registered.documents.items():
+    print(f"  document {name}: {meta['title']}")
+for name, spec in registered.tables.items():
+    print(f"  readings {name}: {spec.file}, one row per {' x '.join(spec.keys) or 'document'}")
+results = audit(registered, load_tables(published_dir, registered.tables))
 checks = crosschecks.all_checks(results)
 table = report.verdict_table(report.verdict_records(results))
 
@@ -86,7 +94,7 @@ with pd.option_context("display.max_rows", None, "display.max_colwidth", 200):
 # ## Findings: every claim that is not REPRODUCED
 #
 # Each with the quote in the original language, the document it is in, and an explanation a reader can check
-# by hand against the document and `raw_data/published/*_readings.csv`.
+# by hand against the document and the readings tables named above.
 
 # %%
 display(Markdown(report.findings_markdown(results)))

@@ -126,12 +126,15 @@ def _cmd_audit(args) -> None:
     from .audit import audit as run_audit
     from .audit import crosschecks, ledger, load_tables, report
     from .evidence.published import R2_ROUNDS_SPEC, R2_SPEC, load_rounds, load_table
-    claims = ledger.load(args.claims, args.published_dir)
+    claims = ledger.load(args.claims, args.published_dir, args.sources)
+    if claims.declares_tables and (args.runs or args.boundary):
+        raise KvtierError(f"{args.claims}: --runs and --boundary re-evaluate the shipped documents' R2 and B "
+                          "claims on kvtier's own runs; this ledger declares its own tables")
     local = {"R2": load_table(Path(args.runs) / R2_SPEC.file, R2_SPEC)} if args.runs else None
     # A campaign's rounds, where it kept them, give every local value its interval.
     by_round = Path(args.runs or "") / R2_ROUNDS_SPEC.file
     rounds = {r: {"R2": t} for r, t in load_rounds(by_round).items()} if args.runs and by_round.is_file() else None
-    results = run_audit(claims, load_tables(args.published_dir), local, rounds)
+    results = run_audit(claims, load_tables(args.published_dir, claims.tables), local, rounds)
     statements = None
     if args.boundary:
         from .audit import shapes
@@ -144,9 +147,25 @@ def _cmd_audit(args) -> None:
             print(f"wrote {path}")
     for verdict, n in report.counts(results).items():
         print(f"{verdict:>13}: {n}")
+    uncovered = ledger.uncovered_digits(claims)
+    for where in uncovered[:20]:
+        print(f"warning: a digit in no claim and no not_claims entry: {where}", file=sys.stderr)
+    if len(uncovered) > 20:
+        print(f"warning: ... and {len(uncovered) - 20} more digits in no claim", file=sys.stderr)
     if statements is not None:
         print(f"document 000's boundary statements on the measured map {args.boundary} (shape only):")
         print(shapes.text(statements))
+    if args.page:
+        from .core.paths import NOTEBOOKS_DIR
+        from .evidence import render
+        params = {"claims": str(Path(args.claims).resolve()), "published_dir": str(Path(args.published_dir).resolve()),
+                  "sources_dir": str(Path(args.sources).resolve()) if args.sources else "",
+                  "out_dir": str(Path(args.page).resolve())}
+        sources = Path(args.sources or Path(args.published_dir) / ledger.SOURCES_DIR)
+        inputs = [args.claims, *(sources / name for name in claims.documents),
+                  *(Path(args.published_dir) / spec.file for spec in claims.tables.values())]
+        page = render.render("audit", NOTEBOOKS_DIR / "audit.ipynb", args.page, params, sorted(map(str, inputs)))
+        print(f"wrote {page}")
 
 
 def _cmd_bench(args) -> None:
@@ -526,10 +545,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--published-dir", default="raw_data/published")
     p.set_defaults(func=_cmd_r2)
 
-    p = sub.add_parser("audit", help="give every registered claim a verdict against the published readings")
-    p.add_argument("--claims", default="raw_data/published/claims.yaml", help="the claims ledger")
-    p.add_argument("--published-dir", default="raw_data/published", help="published readings and sources/")
+    p = sub.add_parser("audit", help="give every registered claim a verdict against the published readings: the "
+                       "two shipped documents by default, any document with --ledger/--readings/--sources")
+    p.add_argument("--claims", "--ledger", dest="claims", default="raw_data/published/claims.yaml",
+                   help="the claims ledger (workflow/schemas/claims.schema.yaml)")
+    p.add_argument("--published-dir", "--readings", dest="published_dir", default="raw_data/published",
+                   help="the folder of the ledger's readings tables (and of sources/ unless --sources)")
+    p.add_argument("--sources", default=None, help="the folder of the documents the ledger quotes "
+                   "(default: READINGS/sources)")
     p.add_argument("--out-dir", help="write verdicts.json/.csv and cross_checks.json/.csv here")
+    p.add_argument("--page", metavar="DIR", help="render the audit page (notebooks/audit.ipynb) into DIR: "
+                   "audit.html with its verdicts and cross-checks tables")
     p.add_argument("--runs", metavar="DIR", help="a campaign (R2_readings.csv in DIR, and R2_rounds.csv where "
                    "kept): re-evaluate ratio claims on it as a local analogue, each value with its interval over "
                    "the rounds")

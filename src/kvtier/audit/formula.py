@@ -45,10 +45,11 @@ class Unpublished(Exception):
 
 @dataclass(frozen=True)
 class TableShape:
-    """What a formula may name in one table: its value columns and key columns (tier keys are checked)."""
+    """What a formula may name in one table: its value columns and key columns (a tier key's names are checked)."""
     columns: tuple[str, ...]
     keys: tuple[str, ...]
     published: bool
+    tier_keys: tuple[str, ...] = ("tier",)
 
 
 @dataclass(frozen=True)
@@ -144,7 +145,7 @@ def _check_ref(attr: ast.Attribute, key_nodes: list, formula: Formula, shapes: d
             formula.uses_c = True
             key.append("c")
         elif isinstance(node, ast.Name):
-            if name == "tier" and node.id not in TIERS:
+            if name in shape.tier_keys and node.id not in TIERS:
                 raise FormulaError(f"unknown tier {node.id!r} in {table}.{column} (tiers: {', '.join(TIERS)})")
             key.append(node.id)
         elif isinstance(node, ast.Constant) and isinstance(node.value, (int, str)):

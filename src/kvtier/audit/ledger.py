@@ -3,6 +3,10 @@
 A malformed ledger is refused as a whole, with the claim id and the field named, before anything is computed or
 written: the shape is checked against workflow/schemas/claims.schema.yaml, then the meaning (each quote occurs
 exactly once in its document, formulas name tables, columns and tiers that exist, references are mutual).
+
+The ledger of the two shipped documents reads the tables kvtier.evidence.published knows (R2, B) and cites the
+evidence items R1-R9. A ledger for any other document declares its own: `tables` (each table's file in the
+readings folder, its keys and typed columns) and `evidence_items` (the ids its claims may cite).
 """
 
 from __future__ import annotations
@@ -18,10 +22,11 @@ from ..core.config import load_yaml
 from ..core.errors import KvtierError
 from ..core.hashing import sha256_file
 from ..core.paths import schema_path
-from ..evidence.published import PUBLISHED_TABLES
+from ..evidence.published import PUBLISHED_TABLES, TableSpec, table_spec
 from .formula import Formula, FormulaError, TableShape, parse
 
 SOURCES_DIR = "sources"
+EVIDENCE_ITEMS = tuple(f"R{i}" for i in range(1, 10))  # document 003's, cited by the shipped ledger
 
 
 @dataclass(frozen=True)
@@ -63,13 +68,22 @@ class Ledger:
     claims: list[Claim]
     not_claims: list[dict]
     boundary_statements: list[dict] = field(default_factory=list)
+    tables: dict[str, TableSpec] = field(default_factory=lambda: dict(PUBLISHED_TABLES))
+
+    @property
+    def declares_tables(self) -> bool:
+        """Whether the ledger brings its own tables (a document other than the two shipped)."""
+        return self.tables != PUBLISHED_TABLES
 
     def by_id(self) -> dict[str, Claim]:
         return {c.id: c for c in self.claims}
 
 
-def published_shapes() -> dict[str, TableShape]:
-    return {name: TableShape(tuple(spec.values), spec.keys, True) for name, spec in PUBLISHED_TABLES.items()}
+def published_shapes(tables: dict[str, TableSpec] | None = None) -> dict[str, TableShape]:
+    tables = PUBLISHED_TABLES if tables is None else tables
+    return {name: TableShape(tuple(spec.values), spec.keys, True,
+                             tuple(k for k in spec.keys if spec.columns[k].kind is str and spec.columns[k].tier))
+            for name, spec in tables.items()}
 
 
 class _Refuse:
@@ -102,9 +116,13 @@ def _schema_error(raw: dict, error: jsonschema.ValidationError) -> tuple[str, st
     return where, f"field '{field_name}' = {error.instance!r}: {error.message}"
 
 
-def load(path: str | os.PathLike, published_dir: str | os.PathLike | None = None) -> Ledger:
+def load(path: str | os.PathLike, published_dir: str | os.PathLike | None = None,
+         sources_dir: str | os.PathLike | None = None) -> Ledger:
+    """The ledger at `path`, its documents read from `sources_dir` (default: `published_dir`/sources, where
+    `published_dir` defaults to the ledger's folder)."""
     path = Path(path)
     published_dir = Path(published_dir) if published_dir else path.parent
+    sources_dir = Path(sources_dir) if sources_dir else published_dir / SOURCES_DIR
     refuse = _Refuse(path)
     raw = load_yaml(path)
     if not isinstance(raw, dict):
@@ -118,18 +136,22 @@ def load(path: str | os.PathLike, published_dir: str | os.PathLike | None = None
 
     texts = {}
     for name, meta in raw["documents"].items():
-        doc = published_dir / SOURCES_DIR / name
+        doc = sources_dir / name
         if not doc.is_file():
             raise refuse(f"documents.{name}", f"no such document {doc}")
         if sha256_file(doc) != meta["sha256"]:
             raise refuse(f"documents.{name}", f"{doc} does not hash to the recorded sha256")
         texts[name] = doc.read_text(encoding="utf-8")
 
-    shapes = published_shapes()
+    tables = _tables(raw, refuse)
+    _check_evidence(raw, refuse)
+    shapes = published_shapes(tables)
     for name, table in raw["unpublished_tables"].items():
         if name in shapes:
             raise refuse(f"unpublished_tables.{name}", "is a published table")
-        shapes[name] = TableShape(tuple(table["columns"]), tuple(table["keys"]), False)
+        # a ledger with its own tables names its own tiers; the shipped one's are kvtier's
+        shapes[name] = TableShape(tuple(table["columns"]), tuple(table["keys"]), False,
+                                  () if "tables" in raw else ("tier",))
 
     ids = [c["id"] for c in raw["claims"]]
     duplicates = sorted({i for i in ids if ids.count(i) > 1})
@@ -150,7 +172,57 @@ def load(path: str | os.PathLike, published_dir: str | os.PathLike | None = None
     statements = raw.get("boundary_statements", [])
     _check_statements(statements, texts, set(ids), refuse)
     return Ledger(path, raw["documents"], texts, shapes, raw["unpublished_tables"], claims, raw["not_claims"],
-                  statements)
+                  statements, tables)
+
+
+def uncovered_digits(ledger: Ledger) -> list[str]:
+    """Each digit of a document that no claim quotes and no `not_claims` entry explains, as "DOCUMENT, line N:
+    ...context...": a figure the ledger has not registered."""
+    missing = []
+    for name, text in ledger.texts.items():
+        covered = [False] * len(text)
+        for claim in (c for c in ledger.claims if c.source == name):
+            start = text.index(claim.quote)
+            covered[start:start + len(claim.quote)] = [True] * len(claim.quote)
+        for entry in (e for e in ledger.not_claims if e["source"] == name):
+            for m in re.finditer(entry["pattern"], text):
+                covered[m.start():m.end()] = [True] * (m.end() - m.start())
+        missing += [f"{name}, line {text.count(chr(10), 0, i) + 1}: ...{text[max(0, i - 20):i + 20]}..."
+                    for i, ch in enumerate(text) if ch.isdigit() and not covered[i]]
+    return missing
+
+
+def _tables(raw: dict, refuse) -> dict[str, TableSpec]:
+    """The ledger's own tables, or the shipped documents' when it declares none."""
+    if "tables" not in raw:
+        return dict(PUBLISHED_TABLES)
+    tables = {}
+    for name, entry in raw["tables"].items():
+        where = f"tables.{name}"
+        unknown = [k for k in entry["keys"] if k not in entry["columns"]]
+        if unknown:
+            raise refuse(where, f"field 'keys': {', '.join(map(repr, unknown))} not among its columns "
+                                f"({', '.join(entry['columns'])})")
+        if all(k in entry["keys"] for k in entry["columns"]):
+            raise refuse(where, "field 'columns': every column is a key; a table needs a value column")
+        for column, c in entry["columns"].items():
+            if c["type"] in ("tier", "text") and column not in entry["keys"]:
+                raise refuse(where, f"field 'columns.{column}': type {c['type']!r} only for a key column "
+                                    "(a value a claim is compared with is a number)")
+        tables[name] = table_spec(name, entry)
+    return tables
+
+
+def _check_evidence(raw: dict, refuse) -> None:
+    """Every claim cites evidence items the ledger knows: its `evidence_items`, or R1-R9."""
+    known = raw.get("evidence_items", EVIDENCE_ITEMS)
+    citing = [(f"claim {c['id']!r}", c) for c in raw["claims"]]
+    citing += [(f"unpublished_tables.{name}", t) for name, t in raw["unpublished_tables"].items()]
+    for where, entry in citing:
+        unknown = [e for e in entry["evidence"] if e not in known]
+        if unknown:
+            raise refuse(where, f"field 'evidence': {', '.join(map(repr, unknown))} is not an evidence item "
+                                f"(evidence_items: {', '.join(known)})")
 
 
 def _check_statements(statements: list[dict], texts: dict[str, str], ids: set[str], refuse) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..evidence import stats
-from ..evidence.published import PUBLISHED_TABLES, load_table
+from ..evidence.published import PUBLISHED_TABLES, TableSpec, load_table
 from .formula import Ref, Unpublished, evaluate, labelled_values
 from .ledger import Claim, Definition, Ledger
 from .rules import Comparison, compare
@@ -25,9 +25,12 @@ from .rules import Comparison, compare
 VERDICTS = ("MISMATCH", "AMBIGUOUS", "NOT-DERIVABLE", "UNCHECKED", "REPRODUCED")  # the order a reader wants
 
 
-def load_tables(published_dir: str | os.PathLike) -> dict[str, pd.DataFrame]:
+def load_tables(published_dir: str | os.PathLike, specs: dict[str, TableSpec] | None = None
+                ) -> dict[str, pd.DataFrame]:
+    """The readings of every table in `specs` (a ledger's `tables`; default the shipped documents' R2 and B)."""
     published_dir = Path(published_dir)
-    return {name: load_table(published_dir / spec.file, spec) for name, spec in PUBLISHED_TABLES.items()}
+    specs = PUBLISHED_TABLES if specs is None else specs
+    return {name: load_table(published_dir / spec.file, spec) for name, spec in specs.items()}
 
 
 @dataclass
@@ -54,12 +57,13 @@ class Outcome:
 
 
 class _Lookup:
-    def __init__(self, tables: dict[str, pd.DataFrame]):
-        self.tables = {name: self._index(name, frame) for name, frame in tables.items()}
+    def __init__(self, tables: dict[str, pd.DataFrame], specs: dict[str, TableSpec] | None = None):
+        specs = PUBLISHED_TABLES if specs is None else specs
+        self.tables = {name: self._index(specs[name], frame) for name, frame in tables.items()}
 
     @staticmethod
-    def _index(name, frame):
-        keys = list(PUBLISHED_TABLES[name].keys)
+    def _index(spec: TableSpec, frame):
+        keys = list(spec.keys)
         return {tuple(row[k] for k in keys): row for row in frame.to_dict("records")}
 
     def __call__(self, ref: Ref, c):
@@ -239,7 +243,7 @@ def audit(ledger: Ledger, tables: dict[str, pd.DataFrame],
           local_rounds: dict[int, dict[str, pd.DataFrame]] | None = None) -> list[ClaimResult]:
     """Decide every claim on the published tables; with `local_tables` (a campaign's medians) also re-evaluate
     the ratio claims there, and with `local_rounds` ({round: tables}) give each local value its interval."""
-    lookup, claimed_of = _Lookup(tables), _claimed_of(ledger)
+    lookup, claimed_of = _Lookup(tables, ledger.tables), _claimed_of(ledger)
     local_lookup = _Lookup(local_tables) if local_tables is not None else None
     round_lookups = {r: _Lookup(t) for r, t in (local_rounds or {}).items()}
     results = []

@@ -1,7 +1,8 @@
 """Read transcribed published tables (raw_data/published/*_readings.csv), refusing anything malformed.
 
 Each table has a spec: its columns, their types, which identify a row (the keys), and whether a value must be
-positive. An empty cell is a reading the report did not publish: it becomes NaN, never zero.
+positive. An empty cell is a reading the report did not publish: it becomes NaN, never zero. The two documents'
+tables are R2 and B below; a claims ledger for another document declares its own (`table_spec`).
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ from ..core.tiers import TIERS
 
 @dataclass(frozen=True)
 class Column:
-    kind: type                # str (a tier name), int or float
+    kind: type                # str (a tier name, or any text when not `tier`), int or float
     required: bool = False    # an empty cell is refused
     positive: bool = True     # numbers must be > 0 (a signed percentage is not)
+    tier: bool = True         # a str column holds tier names (checked against kvtier.core.tiers)
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,20 @@ B_SPEC = TableSpec(
 
 PUBLISHED_TABLES = {spec.name: spec for spec in (R2_SPEC, B_SPEC)}
 
+# A ledger's column types (workflow/schemas/claims.schema.yaml, `tables`) as Columns.
+COLUMN_TYPES = {"tier": (str, True), "text": (str, False), "integer": (int, False), "number": (float, False)}
+
+
+def table_spec(name: str, entry: dict) -> TableSpec:
+    """A table a claims ledger declares: {file, keys, columns: {name: {type, required, positive}}} (schema-checked
+    before this is called); keys are required whatever the entry says."""
+    columns = {}
+    for column, c in entry["columns"].items():
+        kind, tier = COLUMN_TYPES[c["type"]]
+        columns[column] = Column(kind, required=c.get("required", False) or column in entry["keys"],
+                                 positive=c.get("positive", True), tier=tier)
+    return TableSpec(name=name, file=entry["file"], columns=columns, keys=tuple(entry["keys"]))
+
 
 def _parse_cell(path: Path, line: int, column: str, spec: Column, text: str):
     text = text.strip()
@@ -57,7 +73,7 @@ def _parse_cell(path: Path, line: int, column: str, spec: Column, text: str):
             raise KvtierError(f"{path}, line {line}: column '{column}' is empty; it is required")
         return math.nan
     if spec.kind is str:
-        if text not in TIERS:
+        if spec.tier and text not in TIERS:
             raise KvtierError(f"{path}, line {line}: column '{column}' = {text!r} is not a tier "
                               f"(one of: {', '.join(TIERS)})")
         return text

@@ -25,7 +25,7 @@ FORMAT = "kvtier-package-manifest/1"
 MANIFEST_NAME = "package_manifest.json"  # in the evidence folder
 # What the package is made of, relative to the project root; and the evidence folder (config's evidence_dir).
 ROOT_FILES = ("README.md", "Snakefile", "Makefile", "pyproject.toml", "environment.yml", "requirements.lock")
-TREES = ("config", "notebooks", "patches", "probes", "profiles", "raw_data", "src", "workflow")
+TREES = ("config", "examples", "notebooks", "patches", "probes", "profiles", "raw_data", "src", "workflow")
 BUILD_RECORDS = "build/lmcache/*/build.json"
 # Never part of it: caches, and the hidden temporary names atomic writes use before their rename.
 SKIPPED_DIRS = ("__pycache__", ".ipynb_checkpoints", ".snakemake", ".pytest_cache", "*.egg-info")
