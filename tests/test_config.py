@@ -105,3 +105,5 @@ def test_a_mapping_given_with_snakemake_config_is_typed_as_yaml_types_it():
                               "faults": [{"at": "20s", "kind": "kill_vllm"}]}
     assert merged["gates"] == {"g4": {"failed_budget": 2}, "enabled": True}
     assert "campaign_note" not in merged and "broken" not in merged  # scalars and unreadable values: as they were
+    # `--config measure=false`: Snakemake types numbers but leaves true/false as strings
+    assert retype({"measure": "false", "n": 3}, ["measure=false", "n=3"]) == {"measure": False, "n": 3}

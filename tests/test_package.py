@@ -168,3 +168,17 @@ def test_a_package_that_does_not_verify_is_not_archived(package, tmp_path):
     with pytest.raises(KvtierError, match=r"(?s)1 finding\(s\).*MODIFIED raw_data/published/claims.yaml"):
         archive.build(package, tmp_path / "dist")
     assert not (tmp_path / "dist").exists() or list((tmp_path / "dist").iterdir()) == []
+
+
+@pytest.mark.parametrize("command", [["tier-run", "dram"], ["r9-loads"], ["soak"]], ids=lambda c: c[0])
+def test_a_measuring_command_refuses_when_the_run_only_renders(tmp_path, command):
+    """`measure: false` (a replay of a package's raw runs) exports KVTIER_NO_MEASURE to every job: a measurement
+    that would run all the same (its run is missing) stops, naming the run, before anything is started."""
+    import os
+    env = {**os.environ, "KVTIER_NO_MEASURE": "1"}
+    run_dir = tmp_path / "raw_data" / "runs" / "local" / "R9"
+    proc = subprocess.run([sys.executable, "-m", "kvtier", *command, "--run-dir", str(run_dir), "--settings", "{}"],
+                          cwd=tmp_path, capture_output=True, text=True, env=env)
+    assert proc.returncode == 2, proc.stderr
+    assert f"`kvtier {command[0]}` would measure {run_dir}" in proc.stderr and "measure: false" in proc.stderr
+    assert not run_dir.exists()

@@ -155,6 +155,34 @@ def test_the_package_manifest_covers_the_run_and_every_page_shows_its_hash(built
                                            if "raw_data/published/R2_readings.csv" in line] != []
 
 
+def test_an_unpacked_package_renders_from_its_raw_runs_without_measuring(built, tmp_path):
+    """R8: the built run's archive, unpacked elsewhere, verifies. It ships no model and no LMCache build, so with
+    `measure: false` Snakemake builds and measures nothing: a page removed is rendered again from the shipped raw
+    runs, and a raw run removed is named and refused. Without it, the same tree would measure again."""
+    import tarfile
+    run(["kvtier", "package", "--out-dir", str(tmp_path / "dist")], cwd=built)
+    (archive,) = (tmp_path / "dist").glob("*.tar.gz")
+    with tarfile.open(archive) as tar:
+        tar.extractall(tmp_path / "unpacked", filter="tar")
+    project = tmp_path / "unpacked" / archive.name.removesuffix(".tar.gz")
+    assert not (project / "models").exists() and not (project / "pools").exists()
+    run(["kvtier", "verify"], cwd=project)
+    replay = ["--config", "measure=false"]
+    assert jobs_of_dry_run(project, extra=replay) == {}
+    assert {"model", "lmcache_build", "tier_run_shared_pool"} <= set(jobs_of_dry_run(project))
+    shutil.rmtree(project / "evidence" / "R3")
+    out = run(["snakemake", "--cores", "2", *PRESET, *replay], cwd=project)
+    ran = set(re.findall(r"\(Rule: (\w+)", out.stdout + out.stderr))
+    assert "render_R3" in ran and not [r for r in ran if r.startswith(("model", "lmcache", "platform", *MEASUREMENTS))]
+    assert (project / "evidence" / "R3" / "R3.html").is_file()
+    run(["kvtier", "verify"], cwd=project)  # the manifest was written again over the page rendered again
+    shutil.rmtree(project / "raw_data" / "runs" / "test" / "R9")
+    refused = run(["snakemake", "--cores", "2", *PRESET, *replay], cwd=project, check=False)
+    log = (project / "logs" / "r9" / "test" / "loads.log").read_text()
+    assert refused.returncode != 0 and "`kvtier r9-loads` would measure raw_data/runs/test/R9" in log
+    assert "measure: false" in log and not (project / "raw_data" / "runs" / "test" / "R9").exists()
+
+
 def test_fresh_copy_dry_run_and_lint_are_clean(project_copy):
     assert jobs_of_dry_run(project_copy) == ALL_JOBS
     lint = run(["snakemake", "--lint"], cwd=project_copy, check=False)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 from pathlib import Path
@@ -788,6 +789,14 @@ def main(argv: list[str] | None = None) -> int:
     # and runs are marked incomplete instead of being left behind.
     interrupt.interrupt_on(signal.SIGTERM)
     try:
+        if args.command in MEASURING and os.environ.get("KVTIER_NO_MEASURE"):
+            # The pipeline with `measure: false` (a replay of a package's raw runs) reached a measurement anyway.
+            target = next((getattr(args, a) for a in ("run_dir", "boundary_dir", "out") if getattr(args, a, None)),
+                          "its run")
+            target = ", ".join(map(str, target)) if isinstance(target, list) else target
+            raise KvtierError(f"`kvtier {args.command}` would measure {target}, but this run only renders what "
+                              "raw_data holds (measure: false, KVTIER_NO_MEASURE set): that run is missing or "
+                              "incomplete. Measure it with measure: true, or render without it.")
         if args.command in MEASURING:
             with node_lock.hold(f"kvtier {args.command}"):
                 status = args.func(args)

@@ -10,7 +10,7 @@ rule boundary_cells:
         "Boundary: engine_only and offload over concurrency x context, {params.rounds} rounds, into {output.cells}"
     input:
         model=MODEL_INPUT,
-        lmcache=[f"{LMCACHE_BUILD}/build.json"] if LMCACHE_BUILD else [],
+        lmcache=LMCACHE_INPUT,
         gate=[ancient(flag) for flag in G1_FLAG],
     output:
         cells=directory(BOUNDARY_CELLS),

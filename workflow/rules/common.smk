@@ -34,6 +34,15 @@ try:
 except KvtierError as exc:
     sys.exit(f"kvtier: {exc}")
 
+# `measure: false` renders the runs already under raw_data (an unpacked package, R8) and builds or measures
+# nothing: what a measurement needs built (the model, the LMCache builds) is then no input of it, and a measuring
+# command that runs all the same, because its run is missing, refuses, naming it (kvtier.cli, KVTIER_NO_MEASURE).
+MEASURE = config["measure"]
+if not MEASURE:
+    # in every job's shell, wherever it runs (Snakemake's own strict-mode prefix kept)
+    shell.prefix("set -euo pipefail; export KVTIER_NO_MEASURE=1; ")
+built = lambda paths: list(paths) if MEASURE else []
+
 PUBLISHED = config["published_dir"]
 EVIDENCE = config["evidence_dir"]
 RENDER = config["render"]
@@ -43,7 +52,7 @@ MODEL = config["model"]
 MODEL_DIR = MODEL["path"] or f"models/{MODEL['served_name']}"
 # What the rules that serve the model wait for: the generated one's config. A model at `model.path` is not an
 # input (nothing here makes it): G1's bill checks that it is there (`model.config_hash`) before anything runs.
-MODEL_INPUT = [] if MODEL["path"] else [f"{MODEL_DIR}/config.json"]
+MODEL_INPUT = [] if MODEL["path"] else built([f"{MODEL_DIR}/config.json"])
 
 # What each job asks a cluster scheduler for (`--profile profiles/slurm`; kvtier.runs.cluster): measurement jobs a
 # whole node and the servers' accelerators, every other job a small share. The local executor ignores them.
@@ -58,6 +67,7 @@ CAMPAIGN_DIR = f"raw_data/runs/{RUNS['campaign']}"
 # The LMCache the servers run (rule lmcache_build), or the environment's own.
 LMCACHE = config["lmcache"]
 LMCACHE_BUILD = "" if LMCACHE["build"] == "installed" else f"build/lmcache/{LMCACHE['build']}"
+LMCACHE_INPUT = built([f"{LMCACHE_BUILD}/build.json"] if LMCACHE_BUILD else [])
 PATCHES = sorted(glob.glob("patches/*.patch")) if LMCACHE["build"] == "patched" else []
 
 # The quiet check before every measured window (kvtier.probes.quiet.QuietBounds), or None when switched off.

@@ -13,7 +13,7 @@ rule platform:
         # A generated model is made first; a model at `model.path` is probed where it is, and a missing one is
         # recorded as missing (G1 names it) instead of stopping the run before G1 can say so.
         model=MODEL_INPUT,
-        lmcache=[f"{LMCACHE_BUILD}/build.json"] if LMCACHE_BUILD else [],
+        lmcache=LMCACHE_INPUT,
     output:
         record=f"{GATES_DIR}/platform.json",
     params:

@@ -8,7 +8,7 @@ rule r1_reads:
     message:
         "R1 reads: both LMCache builds' cold loads beside fio, and checkpoint saves, into {output.run}"
     input:
-        builds=expand("build/lmcache/{variant}/build.json", variant=("upstream", "patched")),
+        builds=built(expand("build/lmcache/{variant}/build.json", variant=("upstream", "patched"))),
         gate=[ancient(flag) for flag in G1_FLAG],
     output:
         run=directory(f"{R1_DIR}/reads"),
@@ -32,7 +32,7 @@ rule r1_resume:
         "R1 resume: 12k-token sessions from L2 beside the raw read of their chunks, into {output.run}"
     input:
         model=MODEL_INPUT,
-        lmcache=[f"{LMCACHE_BUILD}/build.json"] if LMCACHE_BUILD else [],
+        lmcache=LMCACHE_INPUT,
         gate=[ancient(flag) for flag in G1_FLAG],
     output:
         run=directory(f"{R1_DIR}/resume"),

@@ -29,16 +29,15 @@ rule r9_loads:
     group:
         PROBES_GROUP
     message:
-        "R9: vLLM loading {input.model} from each tier path, cold and warm, {params.repetitions} repetitions"
+        f"R9: vLLM loading {R9_MODEL_DIR} from each tier path, cold and warm, {{params.repetitions}} repetitions"
     input:
-        model=rules.model_r9.output.config,
+        model=built([rules.model_r9.output.config]),
         gate=[ancient(flag) for flag in G1_FLAG],
     output:
         run=directory(R9_DIR),
     params:
         repetitions=R9["repetitions"],
-        settings=lambda wildcards, input: json.dumps({**json.loads(R9_SETTINGS),
-                                                      "model_dir": os.path.dirname(input.model)}),
+        settings=json.dumps({**json.loads(R9_SETTINGS), "model_dir": R9_MODEL_DIR}),
     resources:
         **MEASURE_JOB,
         measurement=1,

@@ -19,7 +19,7 @@ for _unit in [unit for unit in RUN_UNITS if unit != (CROSS_INSTANCE,)]:
             "protocol, into {output}"
         input:
             model=MODEL_INPUT,
-            lmcache=[f"{LMCACHE_BUILD}/build.json"] if LMCACHE_BUILD else [],
+            lmcache=LMCACHE_INPUT,
             gate=[ancient(flag) for flag in G1_FLAG],
             # The unit measured just before this one in its round's order (`unit` bound now, not at call time).
             after=lambda wildcards, unit=_unit: unit_before(wildcards, unit),
@@ -49,7 +49,7 @@ rule r3_populate:
         "R3, round {wildcards.round}: instance A populates the shared pool, stops, and hands off ({output})"
     input:
         model=MODEL_INPUT,
-        lmcache=[f"{LMCACHE_BUILD}/build.json"] if LMCACHE_BUILD else [],
+        lmcache=LMCACHE_INPUT,
         gate=[ancient(flag) for flag in G1_FLAG],
         after=lambda wildcards: unit_before(wildcards, (CROSS_INSTANCE,)),
     output:

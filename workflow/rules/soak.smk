@@ -10,7 +10,7 @@ rule soak:
         "scheduled, into {params.run}"
     input:
         model=MODEL_INPUT,
-        lmcache=[f"{LMCACHE_BUILD}/build.json"] if LMCACHE_BUILD else [],
+        lmcache=LMCACHE_INPUT,
         gate=f"{GATES_DIR}/G3.proceed",
     output:
         summary=f"{SOAK_DIR}/summary.json",

@@ -89,7 +89,8 @@ def retype_overrides(config: dict, config_args: list[str] | None) -> dict:
     """Snakemake reads a `--config KEY={...}` mapping (or list) with YAML's BaseLoader, so every scalar in it
     arrives as a string (`--config soak='{enabled: true}'` gives 'true'). Read each such value again as YAML is
     read everywhere else and merge it over `config` as Snakemake did (mappings key by key, anything else
-    replaced); scalar overrides (`KEY=3`) Snakemake has typed already. Returns `config`, changed in place."""
+    replaced); scalar overrides (`KEY=3`) Snakemake has typed already, but for true/false, which it leaves as
+    strings (`--config measure=false`). Returns `config`, changed in place."""
     for arg in config_args or []:
         key, sep, raw = arg.partition("=")
         if not sep:
@@ -100,6 +101,8 @@ def retype_overrides(config: dict, config_args: list[str] | None) -> dict:
             continue  # Snakemake kept it as it read it; validation names what is wrong with it
         if isinstance(value, (dict, list)):
             _merge(config, {key.strip(): value})
+        elif isinstance(value, bool) and isinstance(config.get(key.strip()), str):
+            config[key.strip()] = value
     return config
 
 
