@@ -53,6 +53,14 @@ def test_index_links_rendered_items_and_lists_the_rest(tmp_path):
     assert [m["item"] for m in manifest["items"]] == ["R2"]
 
 
+def test_the_package_manifest_is_linked_as_written_after_the_index(tmp_path):
+    _fake_rendered(tmp_path, "R2")
+    rendered, missing = index.build(tmp_path, ["R2", "R8"]).read_text().split("Not built by this package yet")
+    assert '<a href="package_manifest.json"><b>R8</b>' in rendered and "(written after this page)" in rendered
+    assert "<b>R8</b>" not in missing
+    assert [m["item"] for m in json.loads((tmp_path / "manifest.json").read_text())["items"]] == ["R2"]
+
+
 def test_index_refuses_an_item_that_was_not_rendered(tmp_path):
     with pytest.raises(KvtierError, match="R2 has not been rendered"):
         index.build(tmp_path, ["R2"])

@@ -224,8 +224,9 @@ R4_INPUTS = R4_RUNS + ([f"{SOAK_DIR}/{_PLATFORM}"] if SOAK_ON else [])
 ITEMS = (list(config["replay"]["items"]) + (["A"] if config["audit"]["enabled"] else []) + (["R1"] if R1["enabled"] else [])
          + (["R2_local", "R4"] if RUNS["enabled"] else []) + (["R3"] if RUNS["enabled"] and RUNS["cross_instance"] else [])
          + (["B"] if BOUNDARY["enabled"] else []) + (["R9"] if R9_ON else []) + (["R5"] if SOAK_ON else [])
-         + (["R6", "R7", "G"] if GATES_ON else []))
-FOLDERS = [CATALOG[item].folder for item in ITEMS]
+         + (["R6", "R7", "G"] if GATES_ON else []) + ["R8"])
+# What the index waits for: every page's manifest (R8's manifest is written after the index: rule package_manifest).
+FOLDERS = [CATALOG[item].folder for item in ITEMS if not CATALOG[item].written_after_index]
 SOURCES = sorted(glob.glob(f"{PUBLISHED}/sources/*.txt"))
 
 # How every notebook is executed (kvtier.evidence.render.cli_args builds a rule's `kvtier render` arguments).

@@ -11,9 +11,13 @@ class Item:
     title: str
     summary: str
     slug: str = ""  # folder and page name under evidence/, when it is not the id
+    # A file written after the index (R8's manifest, which hashes the index): linked, not a rendered page.
+    written_after_index: str = ""
 
     @property
     def page(self) -> str:
+        if self.written_after_index:
+            return self.written_after_index
         name = self.slug or self.id
         return f"{name}/{name}.html"
 
@@ -47,7 +51,10 @@ CATALOG = (
     Item("R7", "G2 single-node baseline (measured here)", "each tier path's fio write, read and 4 KiB random read "
          "per queue depth, and the recompute and engine-hit TTFT: what they deliver, stable over repetitions, "
          "over their floors"),
-    Item("R8", "The package itself", "patches, versions, hashes, manifest"),
+    Item("R8", "The package itself", "the sha256 of every file the evidence rests on (raw data, patches, locks, "
+         "workflow, notebooks, config, code, LMCache build records, every page), written last: its hash is at the "
+         "foot of every page, `kvtier verify` checks the package against it and `kvtier package` makes it one "
+         "byte-reproducible archive", written_after_index="package_manifest.json"),
     Item("R9", "Model-weight load time per tier (measured here)", "vLLM loading one model's weights from the "
          "local disk and the pool path, cold and warm, beside the raw read of its weight files (published: "
          "6.2–9.3× on Atlas 910B, against an unstated baseline)"),

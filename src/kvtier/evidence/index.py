@@ -52,6 +52,10 @@ def build(evidence_dir: str | os.PathLike, items: list[str]) -> Path:
         if entry.id not in items:
             missing.append(f"<li><b>{entry.id}</b> — {html.escape(entry.title)}: {html.escape(entry.summary)}</li>")
             continue
+        if entry.written_after_index:
+            rendered.append(f'<li><a href="{entry.page}"><b>{entry.id}</b> — {html.escape(entry.title)}</a> '
+                            f"(written after this page): {html.escape(entry.summary)}</li>")
+            continue
         page = evidence_dir / entry.page
         manifest = evidence_dir / entry.folder / MANIFEST_NAME
         if not page.is_file() or not manifest.is_file():
