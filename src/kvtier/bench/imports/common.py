@@ -45,11 +45,11 @@ def require(record: dict, key: str, path: Path, kinds=(int, float)):
 
 
 def _parsers():
-    from . import vllm_bench
-    return {"vllm-bench-serve": vllm_bench.parse}
+    from . import aiperf, guidellm, vllm_bench
+    return {"vllm-bench-serve": vllm_bench.parse, "guidellm": guidellm.parse, "aiperf": aiperf.parse}
 
 
-FORMATS = ("vllm-bench-serve",)
+FORMATS = ("vllm-bench-serve", "guidellm", "aiperf")
 
 
 def import_file(fmt: str, source: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
