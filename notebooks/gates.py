@@ -23,7 +23,8 @@
 # faults injected, after them (its duration is the config's: minutes here, the published 72 hours on a cluster).
 # Each writes a verdict record (JSON, `workflow/schemas/gate.schema.yaml`); a FAIL stops the pipeline with the
 # gate's failed lines, unless the config says `gates.stop_on_fail: false`, when every page rendered after it says
-# so at its top.
+# so at its top. G3 is UNDECIDED when no line missed its threshold but an interval straddles one (the rounds could
+# not tell): the run goes on, and the soak's page says so at its top, unless `gates.stop_on_undecided` is true.
 # The lines are computed by `kvtier.gates` (`bom`, `g2`, `g3`, `g4`); this page only shows the records.
 
 # %% tags=["parameters"]
