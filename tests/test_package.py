@@ -157,10 +157,21 @@ def test_the_archive_is_byte_reproducible_and_verifies_where_it_is_unpacked(pack
         members = tar.getmembers()
         assert [m.name for m in members] == sorted(m.name for m in members)
         assert {(m.mtime, m.uid, m.gid, m.uname, m.gname) for m in members} == {(archive.FIXED_MTIME, 0, 0, "", "")}
-        tar.extractall(tmp_path / "unpacked", filter="tar")
-    unpacked = tmp_path / "unpacked" / first.name.removesuffix(".tar.gz")
+    unpacked = archive.unpack(first, tmp_path / "unpacked")
+    assert unpacked == tmp_path / "unpacked" / first.name.removesuffix(".tar.gz")
     assert manifest.verify(unpacked)[0] == []
     assert (unpacked / "profiles" / "default").is_symlink()
+
+
+def test_an_archive_member_outside_its_folder_is_refused(tmp_path):
+    bad = tmp_path / "kvtier-evidence-0-0.tar.gz"
+    with tarfile.open(bad, "w:gz") as tar:
+        info = tarfile.TarInfo("../escaped.txt")
+        info.size = 2
+        tar.addfile(info, __import__("io").BytesIO(b"hi"))
+    with pytest.raises(KvtierError, match="member '../escaped.txt' is not a file of a package"):
+        archive.unpack(bad, tmp_path / "unpacked")
+    assert not (tmp_path / "escaped.txt").exists() and not (tmp_path / "unpacked").exists()
 
 
 def test_a_package_that_does_not_verify_is_not_archived(package, tmp_path):

@@ -160,12 +160,11 @@ def test_an_unpacked_package_renders_from_its_raw_runs_without_measuring(built, 
     its evidence/ removed, every page is rendered again from the shipped raw runs, nothing built or measured, and
     every table and verdict comes out byte for byte as shipped. A raw run removed and asked for is refused, named."""
     import filecmp
-    import tarfile
+
+    from kvtier.package.archive import unpack
     run(["kvtier", "package", "--out-dir", str(tmp_path / "dist")], cwd=built)
     (archive,) = (tmp_path / "dist").glob("*.tar.gz")
-    with tarfile.open(archive) as tar:
-        tar.extractall(tmp_path / "unpacked", filter="tar")
-    project = tmp_path / "unpacked" / archive.name.removesuffix(".tar.gz")
+    project = unpack(archive, tmp_path / "unpacked")
     assert not (project / "models").exists() and not (project / "pools").exists()
     run(["kvtier", "verify"], cwd=project)
     replay = ["--config", "measure=false"]

@@ -38,6 +38,21 @@ def _add(tar: tarfile.TarFile, root: Path, rel: str, prefix: str) -> None:
         tar.addfile(info, f)
 
 
+def unpack(archive: str | os.PathLike, dest: str | os.PathLike) -> Path:
+    """Unpack a package archive into `dest`; returns the package's folder there. A member that would land outside
+    `dest` is refused before anything is written (tarfile's own "tar" filter, where this Python has it, 3.11.4 and
+    later, also strips what a package archive never holds)."""
+    archive, dest = Path(archive), Path(dest)
+    root = dest.resolve()
+    with tarfile.open(archive) as tar:
+        for member in tar.getmembers():
+            target = (root / member.name).resolve()
+            if not target.is_relative_to(root) or not (member.isfile() or member.issym() or member.isdir()):
+                raise KvtierError(f"{archive}: member {member.name!r} is not a file of a package under {dest}")
+        tar.extractall(dest, **({"filter": "tar"} if hasattr(tarfile, "tar_filter") else {}))
+    return dest / archive.name.removesuffix(".tar.gz")
+
+
 def build(root: str | os.PathLike, out_dir: str | os.PathLike = "dist",
           manifest_file: str | os.PathLike | None = None) -> tuple[Path, str]:
     """Write the archive of the package at `root` into `out_dir`; returns its path and the manifest's sha256."""
