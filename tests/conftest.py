@@ -32,8 +32,9 @@ def tool_env() -> dict:
     return env
 
 
-def run(cmd: list[str], cwd: Path, check: bool = True, timeout: float = 900) -> subprocess.CompletedProcess:
-    proc = subprocess.run(cmd, cwd=cwd, env=tool_env(), capture_output=True, text=True, timeout=timeout)
+def run(cmd: list[str], cwd: Path, check: bool = True, timeout: float = 900,
+        env: dict | None = None) -> subprocess.CompletedProcess:
+    proc = subprocess.run(cmd, cwd=cwd, env=env or tool_env(), capture_output=True, text=True, timeout=timeout)
     if check and proc.returncode != 0:
         raise AssertionError(f"{' '.join(cmd)} exited {proc.returncode}\n--- stdout\n{proc.stdout}\n"
                              f"--- stderr\n{proc.stderr}")

@@ -61,6 +61,18 @@ def test_the_package_manifest_is_linked_as_written_after_the_index(tmp_path):
     assert [m["item"] for m in json.loads((tmp_path / "manifest.json").read_text())["items"]] == ["R2"]
 
 
+def test_an_index_with_every_item_built_has_no_empty_not_built_section(tmp_path):
+    from kvtier.evidence.catalog import CATALOG
+    for entry in CATALOG:
+        if not entry.written_after_index:
+            (tmp_path / entry.page).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / entry.page).write_text("<html></html>")
+            (tmp_path / entry.folder / "manifest.json").write_text(json.dumps({"item": entry.id}))
+    page = index.build(tmp_path, [entry.id for entry in CATALOG]).read_text()
+    assert "Not built by this package yet" not in page and 'class="missing"' not in page
+    assert page.count("<li>") == len(CATALOG)
+
+
 def test_index_refuses_an_item_that_was_not_rendered(tmp_path):
     with pytest.raises(KvtierError, match="R2 has not been rendered"):
         index.build(tmp_path, ["R2"])

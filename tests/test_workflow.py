@@ -2,6 +2,7 @@
 
 import base64
 import json
+import os
 import re
 import shutil
 from pathlib import Path
@@ -13,7 +14,7 @@ import yaml
 from kvtier.core.table_io import read_table
 from kvtier.evidence import r2
 
-from conftest import PRESET, ROOT, run
+from conftest import BIN, PRESET, ROOT, run
 
 pytestmark = pytest.mark.workflow
 
@@ -171,7 +172,10 @@ def test_an_unpacked_package_renders_from_its_raw_runs_without_measuring(built, 
     assert jobs_of_dry_run(project, extra=replay) == {}
     shipped = tmp_path / "shipped"
     shutil.move(project / "evidence", shipped)
-    out = run(["snakemake", "--cores", "2", *PRESET, *replay], cwd=project)
+    # As the README has it: the environment's snakemake by its path, the environment not activated.
+    inactive = {**os.environ, "PATH": os.pathsep.join(
+        p for p in os.environ.get("PATH", "").split(os.pathsep) if p and Path(p).resolve() != BIN.resolve())}
+    out = run([str(BIN / "snakemake"), "--cores", "2", *PRESET, *replay], cwd=project, env=inactive)
     ran = set(re.findall(r"\(Rule: (\w+)", out.stdout + out.stderr))
     assert {"render_R1", "render_R3", "render_R5", "render_gates", "index", "package_manifest"} <= ran
     assert not [r for r in ran if r.startswith(("model", "lmcache", "platform", *MEASUREMENTS))], ran

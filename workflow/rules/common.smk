@@ -2,6 +2,7 @@
 import glob
 import json
 import os
+import shlex
 import signal
 import sys
 
@@ -38,9 +39,10 @@ except KvtierError as exc:
 # nothing: what a measurement needs built (the model, the LMCache builds) is then no input of it, and a measuring
 # command that runs all the same, because its run is missing, refuses, naming it (kvtier.cli, KVTIER_NO_MEASURE).
 MEASURE = config["measure"]
-if not MEASURE:
-    # in every job's shell, wherever it runs (Snakemake's own strict-mode prefix kept)
-    shell.prefix("set -euo pipefail; export KVTIER_NO_MEASURE=1; ")
+# Every job's shell, wherever it runs, keeps Snakemake's own strict mode and finds first the `kvtier` installed
+# beside this Snakemake, so that `.venv/bin/snakemake` works without the environment activated (exit 127 before).
+_NO_MEASURE = "" if MEASURE else "export KVTIER_NO_MEASURE=1; "
+shell.prefix(f'set -euo pipefail; export PATH={shlex.quote(os.path.dirname(sys.executable))}:"$PATH"; {_NO_MEASURE}')
 built = lambda paths: list(paths) if MEASURE else []
 
 PUBLISHED = config["published_dir"]
