@@ -37,10 +37,11 @@ def test_atomic_write_leaves_nothing_on_failure(tmp_path):
 
 
 def _fake_rendered(evidence, item):
-    folder = evidence / item
-    folder.mkdir(parents=True)
-    (folder / f"{item}.html").write_text("<html></html>")
-    (folder / "manifest.json").write_text(json.dumps({"item": item}))
+    from kvtier.evidence.catalog import BY_ID
+    entry = BY_ID[item]
+    (evidence / entry.page).parent.mkdir(parents=True, exist_ok=True)
+    (evidence / entry.page).write_text("<html></html>")
+    (evidence / entry.folder / "manifest.json").write_text(json.dumps({"item": item}))
 
 
 def test_index_links_rendered_items_and_lists_the_rest(tmp_path):
@@ -65,9 +66,7 @@ def test_an_index_with_every_item_built_has_no_empty_not_built_section(tmp_path)
     from kvtier.evidence.catalog import CATALOG
     for entry in CATALOG:
         if not entry.written_after_index:
-            (tmp_path / entry.page).parent.mkdir(parents=True, exist_ok=True)
-            (tmp_path / entry.page).write_text("<html></html>")
-            (tmp_path / entry.folder / "manifest.json").write_text(json.dumps({"item": entry.id}))
+            _fake_rendered(tmp_path, entry.id)
     page = index.build(tmp_path, [entry.id for entry in CATALOG]).read_text()
     assert "Not built by this package yet" not in page and 'class="missing"' not in page
     assert page.count("<li>") == len(CATALOG)

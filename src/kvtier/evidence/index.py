@@ -38,6 +38,12 @@ input and output.</p>
 </body>
 </html>
 """
+# Only where something is missing: a run that built every item has no empty section.
+_MISSING = """<h2>Not built by this package yet</h2>
+<ul class="missing">
+{items}
+</ul>
+"""
 
 
 def build(evidence_dir: str | os.PathLike, items: list[str]) -> Path:
@@ -64,9 +70,6 @@ def build(evidence_dir: str | os.PathLike, items: list[str]) -> Path:
         raise KvtierError(f"unknown evidence item(s): {', '.join(unknown)}")
     write_text(evidence_dir / MANIFEST_NAME,
                json.dumps({"tool": f"kvtier {__version__}", "items": manifests}, indent=2, ensure_ascii=False) + "\n")
-    # The heading only where something is missing: a run that built every item has no empty section.
-    missing_section = (f'<h2>Not built by this package yet</h2>\n<ul class="missing">\n{chr(10).join(missing)}\n</ul>\n'
-                       if missing else "")
     return write_text(evidence_dir / "index.html",
                       _PAGE.format(version=__version__, stamp=stamp_element(), rendered="\n".join(rendered),
-                                   missing=missing_section))
+                                   missing=_MISSING.format(items="\n".join(missing)) if missing else ""))
