@@ -10,7 +10,7 @@ export PYTHONWARNINGS := ignore::FutureWarning:google.api_core._python_version_s
 # What `make test` adds: headless Chromium and a CJK font, so that the page screenshots are checked too.
 TEST_TOOLS := chromium=chromium font:zh=fonts-noto-cjk
 
-.PHONY: env test-tools evidence test lint screenshots
+.PHONY: env test-tools evidence test test-fast lint screenshots
 
 env:
 	@$(PYTHON) workflow/scripts/bootstrap_env.py --venv $(VENV)
@@ -24,6 +24,11 @@ test-tools:
 
 test: env test-tools
 	python -m pytest
+
+# The edit-test loop: every test but those that run the real pipeline or real vLLM servers (markers `workflow` and
+# `vllm`, tests/conftest.py). A few minutes at most; `make test` (what CI runs) before a commit.
+test-fast: env test-tools
+	python -m pytest -m "not workflow and not vllm"
 
 # How readers see the rendered pages: a PNG of each under screenshots/ (after `make evidence`).
 screenshots: env test-tools

@@ -25,6 +25,13 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+def pytest_collection_modifyitems(config, items):
+    """The Slurm tests last. Once slurm-wlm is installed, Snakemake's Slurm executor plugin asks `scontrol` for the
+    cluster's settings every time Snakemake starts, even to run locally; with the daemons stopped (the Slurm tests'
+    teardown) that waits about 9 s for its timeout, and every later Snakemake run of the session would pay it."""
+    items.sort(key=lambda item: item.path.name == "test_slurm.py")
+
+
 def tool_env() -> dict:
     """Environment for subprocesses: this interpreter's bin first, so `kvtier` and `snakemake` are ours."""
     env = dict(os.environ)
@@ -113,30 +120,51 @@ def slurm_cluster():
 
 @dataclasses.dataclass
 class Built:
-    """The default target's run of the test preset: where, through which executor, and Snakemake's output."""
+    """The default target's run of the test preset: where, and Snakemake's output."""
     project: Path
-    executor: str  # slurm or local
     output: str
     seconds: float
 
 
+# A project on which the test preset has already run (a `built` of an earlier session, kept by pytest under its
+# temporary folder): the workflow tests read it instead of running the pipeline again. Only for the edit-test loop
+# on the tests themselves: it must come from the same code and preset, which nothing here checks.
+REUSE_BUILT = "KVTIER_TEST_BUILT"
+
+
 @pytest.fixture(scope="session")
-def built_run(tmp_path_factory, slurm_cluster) -> Built:
-    """One project copy on which the default target has run with the test preset: submitted to the local Slurm
-    through `--profile profiles/slurm` where this session has one (root), locally (`--cores 2`) otherwise. The
-    workflow tests check what it produced either way; tests/test_slurm.py checks how Slurm ran it, and that its
-    evidence has the pages and tables of a local run (tests/golden/test_preset_evidence.json)."""
+def built_run(tmp_path_factory) -> Built:
+    """One project copy on which the default target has run with the test preset, locally (`--cores 2`), once per
+    test session: every test that reads what the pipeline produced reads this run, and a test that changes
+    something works on a copy of it (`copy_built`). tests/test_slurm.py runs the smallest DAG that proves the
+    Slurm executor on a copy of it, not this whole preset again."""
+    if os.environ.get(REUSE_BUILT):  # a maintainer's shortcut while editing tests; `make test` never sets it
+        return Built(Path(os.environ[REUSE_BUILT]).resolve(), f"reused ({REUSE_BUILT})", 0.0)
     project = copy_project(tmp_path_factory.mktemp("built") / "kvtier")
-    executor = "slurm" if slurm_cluster is None else "local"  # otherwise slurm_cluster says why there is none
-    command = ["--cores", "2"] if executor == "local" else ["--profile", "profiles/slurm"]
     started = time.monotonic()
-    done = run(["snakemake", *command, *PRESET], cwd=project, timeout=3600)
-    return Built(project, executor, done.stdout + done.stderr, time.monotonic() - started)
+    done = run(["snakemake", "--cores", "2", *PRESET], cwd=project, timeout=3600)
+    return Built(project, done.stdout + done.stderr, time.monotonic() - started)
 
 
 @pytest.fixture(scope="session")
 def built(built_run) -> Path:
     return built_run.project
+
+
+# What a built project holds that no rule writes again: the model and LMCache builds (hundreds of MB). A copy links
+# them instead of copying, so that a test's copy costs its small files only.
+LINKED = ("models", "build")
+
+
+def copy_built(built: Path, dest: Path) -> Path:
+    """A copy of the built project for a test that reruns part of the pipeline: everything copied with its times
+    (so that Snakemake sees what is up to date), the model and builds hard-linked (read only, never rewritten)."""
+    shutil.copytree(built, dest, symlinks=True, ignore=lambda folder, names: [
+        name for name in names if Path(folder) == built and name in LINKED])
+    for name in LINKED:
+        if (built / name).exists():
+            shutil.copytree(built / name, dest / name, symlinks=True, copy_function=os.link)
+    return dest
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -83,16 +83,24 @@ def test_every_measuring_command_waits_for_the_lock(tmp_path):
     path = tmp_path / "measure.lock"
     env = {**tool_env(), node_lock.ENV: str(path)}
     with node_lock.hold("the test", path):
-        procs = {}
+        procs, errs = {}, {}
         for command, args in COMMANDS.items():
             argv = [a.format(d=tmp_path) for a in args]
-            procs[command] = subprocess.Popen([sys.executable, "-m", "kvtier", command, *argv], env=env,
-                                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        time.sleep(8)  # time to import and reach the lock
+            errs[command] = tmp_path / f"{command}.err"
+            with open(errs[command], "w") as err:
+                procs[command] = subprocess.Popen([sys.executable, "-m", "kvtier", command, *argv], env=env,
+                                                  stdout=subprocess.DEVNULL, stderr=err, text=True)
+        # Each says it waits once it has reached the lock (no fixed sleep: that is the readiness signal); none may
+        # have gone further while the lock is held.
+        deadline = time.monotonic() + 120
+        while not all("waiting for the measurement lock" in errs[c].read_text() for c in COMMANDS):
+            assert time.monotonic() < deadline, {c: errs[c].read_text()[-300:] for c in COMMANDS}
+            time.sleep(0.1)
         running = {command: proc.poll() for command, proc in procs.items()}
     assert running == {command: None for command in COMMANDS}, f"ran without the lock: {running}"
     for command, proc in procs.items():
-        _, err = proc.communicate(timeout=120)
+        proc.wait(timeout=120)
+        err = errs[command].read_text()
         assert "waiting for the measurement lock" in err and "(the test)" in err, (command, err)
         assert proc.returncode == 2 and "kvtier: error:" in err, (command, err)
 

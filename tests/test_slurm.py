@@ -1,20 +1,26 @@
 """The pipeline on a real Slurm cluster. workflow/scripts/slurm_local.sh stands up a single-node one on this machine
-(as root: it installs slurm-wlm and munge, and starts munged, slurmctld and slurmd); the session's run of the test
-preset (tests/conftest.py `built_run`) then goes through `snakemake --profile profiles/slurm`, and:
+(as root: it installs slurm-wlm and munge, and starts munged, slurmctld and slurmd). On a copy of the session's
+built project (tests/conftest.py `built`, run locally), the smallest DAG that exercises what Slurm changes then goes
+through `snakemake --profile profiles/slurm`: R3's second round removed and measured again (instance A's job, then
+instance B's, handing off through the pool), the campaign over it and R3's page (short jobs, each in its group).
+Everything else of the test preset is up to date there, so nothing else runs. Checked:
 
-- every job went through the scheduler: a Slurm job id for each in Snakemake's output, a Slurm log for each, and
-  each id in the scheduler's own record of finished jobs (the job-completion log), COMPLETED;
-- measurement jobs took the whole node (`--exclusive`), the others did not;
-- R3's instances A and B ran as two jobs, B after A, sharing only the pool;
-- the evidence has the pages and tables of a local run of the same preset (tests/test_workflow.py, against
-  tests/golden/test_preset_evidence.json, whichever executor built it);
+- every job went through the scheduler: each job the dry run planned ran inside a Slurm job (its id in Snakemake's
+  output, its Slurm log naming it), the short ones in their groups, and each id is COMPLETED in the scheduler's own
+  record of finished jobs (the job-completion log);
+- measurement jobs took the whole node (`--exclusive`), the others one CPU;
+- R3's instances A and B ran as two jobs, B after A, sharing only the pool, B resumed from what A left, and the
+  page rendered through Slurm verifies it;
+- that page and its tables have the files and columns of the local run's;
 - a job that asks for more than the node has is refused at submission, not left pending;
 - a killed Snakemake cancels its jobs: nothing left in the queue, no server left running;
 - the teardown leaves no daemon.
+Every measuring command also holds the node's lock under Slurm (tests/test_node_lock.py checks each one waits).
 
 Skipped, with the reason printed, when not root or when Slurm cannot start here.
 """
 
+import dataclasses
 import json
 import os
 import re
@@ -24,9 +30,10 @@ import subprocess
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
-from conftest import PRESET, processes_mentioning, slurm_local, tool_env
+from conftest import PRESET, copy_built, processes_mentioning, run, slurm_local, tool_env
 
 pytestmark = pytest.mark.workflow
 
@@ -38,16 +45,38 @@ MEASURING = ("tier_run_", "r3_", "r1_reads", "r1_resume", "boundary_cells", "g2_
 SUBMITTED = re.compile(r"Job (\S+) has been submitted with SLURM jobid (\d+) \(log: (.+?)\)\.")
 # What a Slurm job ran: the Snakemake inside it (the jobstep executor) is given its jobs as `--target-jobs`.
 TARGETS = re.compile(r"--target-jobs (.+?) --")
+CAMPAIGN = "raw_data/runs/test"
+# What the smallest DAG asks for: R3's second round measured again, the campaign over it and R3's page.
+REMEASURED = [f"{CAMPAIGN}/round-2/cross_instance", f"{CAMPAIGN}/round-2/cross_instance_handoff"]
+GOALS = [REMEASURED[0], f"{CAMPAIGN}/R2_readings.csv", "evidence/R3/R3.html"]
+FORCED = ["campaign", "render_R3"]  # they read the new round, which Snakemake does not know before it is measured
+PLANNED = {"r3_populate": 1, "r3_resume": 1, "campaign": 1, "render_R3": 1}
+# Only these rules may run: every unit measured after R3 in the rounds' order waits for it (its `after` input), so a
+# remeasured R3 would make them all look out of date.
+SELECT = ["--forcerun", *FORCED, "--allowed-rules", *PLANNED]
+
+
+@dataclasses.dataclass
+class SlurmRun:
+    project: Path
+    planned: dict[str, int]  # {rule: jobs} of Snakemake's dry run of the same command
+    output: str
 
 
 @pytest.fixture(scope="module")
-def on_slurm(slurm_cluster, request):
-    """The session's run of the test preset, which went through Slurm here."""
+def on_slurm(slurm_cluster, request, tmp_path_factory) -> SlurmRun:
+    """The smallest DAG through Slurm, on a copy of the session's built project."""
+    from test_workflow import jobs_of_dry_run
     if slurm_cluster:  # the reason there is no Slurm
         pytest.skip(slurm_cluster)
-    built_run = request.getfixturevalue("built_run")
-    assert built_run.executor == "slurm"
-    return built_run.project, built_run.output
+    project = copy_built(request.getfixturevalue("built"), tmp_path_factory.mktemp("slurm") / "kvtier")
+    for rel in REMEASURED:
+        shutil.rmtree(project / rel)
+    planned = jobs_of_dry_run(project, PRESET[1:], extra=SELECT, targets=GOALS)
+    if planned != PLANNED:
+        pytest.fail(f"the smallest DAG would run {planned}, not {PLANNED}")
+    done = run(["snakemake", *GOALS, *SELECT, "--profile", "profiles/slurm", *PRESET], cwd=project, timeout=1800)
+    return SlurmRun(project, planned, done.stdout + done.stderr)
 
 
 def live(name: str) -> list[int]:
@@ -94,17 +123,12 @@ def queue() -> list[str]:
 
 
 def test_every_job_went_through_the_scheduler(on_slurm):
-    from test_workflow import ALL_JOBS
-    project, out = on_slurm
-    jobs = submitted(out, project)
+    jobs = submitted(on_slurm.output, on_slurm.project)
     assert sorted(rule for job in jobs for rule, _ in job["ran"]) == sorted(
-        rule for rule, count in ALL_JOBS.items() if rule != "all" for _ in range(count)), out[-3000:]
-    # The short jobs went in groups (profiles/slurm): fewer submissions than jobs. A group's log folder is named
-    # by the group and its rules: group_prepare_lmcache_build_model_model_r9, group_gate_G1_gate_g1_gate_proceed.
+        rule for rule, count in PLANNED.items() for _ in range(count)), on_slurm.output[-3000:]
+    # The short jobs went in their groups (profiles/slurm), named in their log folders (group_pages_render_R3).
     groups = [part for job in jobs for part in job["log"].parts if part.startswith("group_")]
-    # Each round's tier runs too, between its R3 jobs (kvtier.runs.order.stretches): here one stretch a round; and
-    # the measurements outside the rounds (R1, G2's storage, R9, B) as `probes`.
-    names = ("prepare", "gate_G1", "probes", "round1_1", "round2_1", "gates_G2_G3", "pages")
+    names = ("gates_G2_G3", "pages")
     assert sorted(next((n for n in names if g.startswith(f"group_{n}_")), g) for g in groups) == sorted(names), groups
     records = jobcomp()
     for job in jobs:
@@ -113,36 +137,48 @@ def test_every_job_went_through_the_scheduler(on_slurm):
 
 
 def test_measurement_jobs_took_the_whole_node_and_the_rest_did_not(on_slurm):
-    project, out = on_slurm
     records = jobcomp()
     cpus = os.cpu_count()
-    for job in submitted(out, project):
+    jobs = submitted(on_slurm.output, on_slurm.project)
+    assert len(jobs) == 4  # R3's two jobs, the campaign, the page
+    for job in jobs:
         whole = {rule.startswith(MEASURING) for rule, _ in job["ran"]}
         assert len(whole) == 1, job  # never a measurement in a group with a short job
         whole = whole.pop()
         procs = int(records[job["id"]]["ProcCnt"])
-        if whole or len(job["ran"]) == 1:
-            assert (procs == cpus) == whole, (job, records[job["id"]])
-        else:  # a group of short jobs runs them one after another (profiles/slurm `cores: 1`): one small job's
-            # share (cluster.small.cpus, 1 by default), never the node's exclusivity nor more than it has
-            assert procs == 1, (job, records[job["id"]])
+        # a short job (alone or in a group run one after another, profiles/slurm `cores: 1`) asks one small job's
+        # share (cluster.small.cpus, 1 by default), never the node's exclusivity nor more than it has
+        assert procs == (cpus if whole else 1), (job, records[job["id"]])
 
 
 def test_r3_ran_as_two_jobs_handing_off_through_the_pool(on_slurm):
-    project, out = on_slurm
-    campaign = project / "raw_data" / "runs" / "test"
-    for round_ in (1, 2):
-        run_record = json.loads((campaign / f"round-{round_}" / "cross_instance" / "run.json").read_text())
-        handoff = run_record["metadata"]["handoff"]
-        writer, reader = run_record["segments"]
-        assert writer["status"] == "handed-off" and reader["status"] == "complete"
-        assert writer["base_url"] != reader["base_url"] or writer["end"] <= reader["start"]
-        assert handoff["writer_stopped"] <= handoff["reader_started"] and handoff["files"] > 0
-        ids = {rule: int(job["id"]) for job in submitted(out, project) for rule, wildcards in job["ran"]
-               if rule in ("r3_populate", "r3_resume") and wildcards == f"round={round_}"}
-        assert set(ids) == {"r3_populate", "r3_resume"} and ids["r3_populate"] < ids["r3_resume"], ids
+    from kvtier.evidence import measured, r3
+    project = on_slurm.project
+    run_record = json.loads((project / REMEASURED[0] / "run.json").read_text())
+    handoff = run_record["metadata"]["handoff"]
+    writer, reader = run_record["segments"]
+    assert writer["status"] == "handed-off" and reader["status"] == "complete"
+    assert writer["base_url"] != reader["base_url"] or writer["end"] <= reader["start"]
+    assert handoff["writer_stopped"] <= handoff["reader_started"] and handoff["files"] > 0
+    ids = {rule: int(job["id"]) for job in submitted(on_slurm.output, project) for rule, wildcards in job["ran"]
+           if rule in ("r3_populate", "r3_resume") and wildcards == "round=2"}
+    assert set(ids) == {"r3_populate", "r3_resume"} and ids["r3_populate"] < ids["r3_resume"], ids
+    # B resumed from the pool what A left, in every window of both rounds (the campaign, run as a Slurm job).
+    verdict = r3.verdict(measured.load(project / CAMPAIGN, "R3"))
+    assert verdict["verified"], verdict
     page = (project / "evidence" / "R3" / "R3.html").read_text()
     assert "VERIFIED:" in page and "NOT VERIFIED" not in page and "one node" in page
+
+
+def test_the_pages_rendered_through_slurm_have_the_shape_of_a_local_run(on_slurm, built):
+    """R3's page and tables as the session's local run rendered them: the same files, columns and rows (the
+    figures are measured again)."""
+    ours, local = on_slurm.project / "evidence" / "R3", built / "evidence" / "R3"
+    assert sorted(p.name for p in ours.iterdir()) == sorted(p.name for p in local.iterdir())
+    for table in local.glob("*.csv"):
+        mine, theirs = pd.read_csv(ours / table.name), pd.read_csv(table)
+        assert list(mine.columns) == list(theirs.columns), table.name
+        assert mine.iloc[:, 0].tolist() == theirs.iloc[:, 0].tolist(), table.name
 
 
 def test_a_job_asking_for_more_than_the_node_has_is_refused_at_submission(slurm_cluster):
@@ -156,9 +192,8 @@ def test_a_job_asking_for_more_than_the_node_has_is_refused_at_submission(slurm_
     assert queue() == []
 
 
-def test_a_killed_snakemake_cancels_its_jobs_and_leaves_no_server(on_slurm, tmp_path):
-    project = tmp_path / "kvtier"
-    shutil.copytree(on_slurm[0], project, symlinks=True)
+def test_a_killed_snakemake_cancels_its_jobs_and_leaves_no_server(on_slurm, built, tmp_path):
+    project = copy_built(built, tmp_path / "kvtier")
     target = "raw_data/runs/test/R9"  # vLLM loads: a server up within seconds of the job starting
     shutil.rmtree(project / target)
     # The target first: --configfile takes every word after it.

@@ -14,7 +14,7 @@ import yaml
 from kvtier.core.table_io import read_table
 from kvtier.evidence import r2
 
-from conftest import BIN, PRESET, ROOT, run
+from conftest import BIN, PRESET, ROOT, copy_built, run
 
 pytestmark = pytest.mark.workflow
 
@@ -37,9 +37,10 @@ MEASUREMENTS = ("tier_run", "r3_populate", "r3_resume", "r1_reads", "r1_resume",
                 "soak")
 
 
-def jobs_of_dry_run(project, configfiles=("config/presets/test.yaml",), extra=()) -> dict[str, int]:
-    """{rule: count} from `snakemake -n`'s job stats table."""
-    out = run(["snakemake", "-n", "--cores", "1", "--configfile", *configfiles, *extra], cwd=project).stdout
+def jobs_of_dry_run(project, configfiles=("config/presets/test.yaml",), extra=(), targets=()) -> dict[str, int]:
+    """{rule: count} from `snakemake -n`'s job stats table (the targets first: --configfile takes every word after
+    it)."""
+    out = run(["snakemake", *targets, "-n", "--cores", "1", *extra, "--configfile", *configfiles], cwd=project).stdout
     if "Nothing to be done" in out:
         return {}
     stats = out.split("Job stats:", 1)[1].splitlines()
@@ -99,12 +100,12 @@ def test_manifest_hashes_the_raw_inputs_and_names_the_notebook(built):
 
 def test_the_evidence_has_the_pages_and_tables_of_a_local_run(built_run):
     """Every file a local run of the test preset renders, and every table's columns and row keys
-    (tests/evidence_shape.py); measured numbers differ from run to run, the shape does not, whether the run went
-    through Slurm (as root: tests/test_slurm.py) or not."""
+    (tests/evidence_shape.py); measured numbers differ from run to run, the shape does not, whether it ran on
+    this machine or another (tests/test_slurm.py compares a Slurm run's pages with this run's)."""
     from evidence_shape import evidence_shape
     golden = json.loads((ROOT / "tests" / "golden" / "test_preset_evidence.json").read_text())
-    assert evidence_shape(built_run.project) == golden, f"run by {built_run.executor}; if a page changed on " \
-        "purpose, rewrite the golden from a local run (tests/evidence_shape.py says how)"
+    assert evidence_shape(built_run.project) == golden, \
+        "if a page changed on purpose, rewrite the golden from a local run (tests/evidence_shape.py says how)"
 
 
 def test_second_run_has_nothing_to_do(built):
@@ -113,7 +114,7 @@ def test_second_run_has_nothing_to_do(built):
 
 def test_changing_one_reading_rerenders_R2_and_nothing_unrelated(built, tmp_path):
     project = tmp_path / "kvtier"
-    shutil.copytree(built, project, symlinks=True)
+    copy_built(built, project)
     readings = project / "raw_data" / "published" / "R2_readings.csv"
     readings.write_text(readings.read_text().replace("local_disk,8,10.17,43.9", "local_disk,8,15.06,43.9"))
     # The audit reads the R2 readings too, so it is re-rendered; nothing else is but the index and the last gate's
@@ -147,7 +148,7 @@ def test_the_package_manifest_covers_the_run_and_every_page_shows_its_hash(built
         assert page_stamps(page.read_bytes()) == [digest], page
     # One digit changed in a published reading: named, and verify fails.
     project = tmp_path / "kvtier"
-    shutil.copytree(built, project, symlinks=True)
+    copy_built(built, project)
     readings = project / "raw_data" / "published" / "R2_readings.csv"
     readings.write_text(readings.read_text().replace("local_disk,8,10.17,43.9", "local_disk,8,10.18,43.9"))
     changed = run(["kvtier", "verify"], cwd=project, check=False)
@@ -237,7 +238,7 @@ def test_the_run_never_rewrites_published_readings(built):
 
 def test_changing_the_ledger_rerenders_only_the_pages_that_read_it(built, tmp_path):
     project = tmp_path / "kvtier"
-    shutil.copytree(built, project, symlinks=True)
+    copy_built(built, project)
     claims = project / "raw_data" / "published" / "claims.yaml"
     claims.write_text(claims.read_text().replace("claimed: 192\n", "claimed: 193\n"))
     # The audit, R1, which shows the published R1 claims as context, B and R9, which show document 000's.
@@ -501,7 +502,7 @@ def test_R9_loads_one_model_from_each_path_cold_and_warm(built):
 def gated_copy(built: Path, tmp_path: Path, settings: dict) -> Path:
     """A copy of the built project whose gates stop the run on a FAIL, with `settings` over the test preset."""
     project = tmp_path / "kvtier"
-    shutil.copytree(built, project, symlinks=True)
+    copy_built(built, project)
     (project / "gated.yaml").write_text(yaml.safe_dump({"gates": {"stop_on_fail": True, **settings}}))
     return project
 
@@ -509,7 +510,7 @@ def gated_copy(built: Path, tmp_path: Path, settings: dict) -> Path:
 def test_the_published_bill_of_materials_stops_the_run_at_G1_before_anything_is_measured(built, tmp_path):
     """The acceptance's command: the published setup's config on this machine."""
     project = tmp_path / "kvtier"
-    shutil.copytree(built, project, symlinks=True)
+    copy_built(built, project)
     shutil.rmtree(project / "evidence")
     proc = run(["snakemake", "--cores", "2", "--configfile", "config/examples/mi308x.yaml"], cwd=project,
                check=False)
@@ -554,7 +555,7 @@ def test_a_failed_G2_or_G3_stops_what_comes_after_it(built, tmp_path, gate, sett
 
 def test_with_stop_on_fail_false_a_page_rendered_after_a_failed_G1_says_so(built, tmp_path):
     project = tmp_path / "kvtier"
-    shutil.copytree(built, project, symlinks=True)
+    copy_built(built, project)
     (project / "go_on.yaml").write_text(yaml.safe_dump({"gates": {"stop_on_fail": False, "g1": {"expect": [
         {"field": "cpu.usable_cpus", "op": "at_least", "value": 4096, "why": "a machine this one is not"}]}}}))
     page = project / "evidence" / "R2_local" / "R2_local.html"

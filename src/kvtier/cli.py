@@ -98,6 +98,23 @@ def _cmd_compare(args) -> int:
     return 1 if any(row.verdict == "DIFFER" for row in rows) else 0
 
 
+def _cmd_compare_runs(args) -> int:
+    from .package import compare_runs
+    rows, absent = compare_runs.compare(Path(args.evidence_a), Path(args.evidence_b))
+    print(compare_runs.text(args.evidence_a, args.evidence_b, rows, absent, show_same=args.all))
+    tally, share = compare_runs.counts(rows), compare_runs.same_share(rows)
+    if tally[compare_runs.OPPOSITE] or not share >= args.min_same:
+        print(f"kvtier compare-runs: {tally[compare_runs.OPPOSITE]} opposite, same word in "
+              f"{100 * share:.1f} % (at least {100 * args.min_same:g} % asked)", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _cmd_job_times(args) -> None:
+    from .package import job_times
+    print(job_times.text(Path(args.log) if args.log else job_times.newest_log(Path(args.project))))
+
+
 def _cmd_screenshots(args) -> None:
     from .evidence import screenshots
     written, drawn = screenshots.shoot_all(args.evidence_dir, args.out_dir)
@@ -534,6 +551,23 @@ def build_parser() -> argparse.ArgumentParser:
                    help="absolute floor of the tolerance for times, in seconds")
     p.add_argument("--metric", action="append", help="compare only this metric (repeatable), e.g. ttft_s.p50")
     p.set_defaults(func=_cmd_compare)
+
+    p = sub.add_parser("compare-runs", help="two runs' evidence folders: every measured comparison's verdict word in "
+                       "both, marked same / decided vs undecided / opposite, and the counts; exit 1 on any opposite "
+                       "word or when fewer than --min-same keep theirs")
+    p.add_argument("evidence_a", metavar="EVIDENCE_A", help="an evidence folder (e.g. the shipped package's)")
+    p.add_argument("evidence_b", metavar="EVIDENCE_B", help="another run's evidence folder (e.g. your rerun's)")
+    p.add_argument("--all", action="store_true", help="list the comparisons that kept their word too")
+    p.add_argument("--min-same", type=float, default=0.9, metavar="SHARE",
+                   help="the share of comparisons in both folders that must keep their word (default 0.9)")
+    p.set_defaults(func=_cmd_compare_runs)
+
+    p = sub.add_parser("job-times", help="where a pipeline run's minutes went: each job's time and each rule's total, "
+                       "from Snakemake's log")
+    p.add_argument("log", nargs="?", help="a Snakemake log or its terminal output (default: the newest under "
+                   "PROJECT/.snakemake/log)")
+    p.add_argument("--project", default=".", help="the project folder")
+    p.set_defaults(func=_cmd_job_times)
 
     p = sub.add_parser("screenshots", help="headless Chromium screenshots of every rendered page (a maintainer's "
                        "check of how readers see them)")

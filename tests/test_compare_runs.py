@@ -1,0 +1,95 @@
+"""kvtier compare-runs: two evidence folders' verdict words, row by row, and the exit status that gates on them."""
+
+import pandas as pd
+import pytest
+
+from kvtier.cli import main
+from kvtier.core.errors import KvtierError
+from kvtier.package import compare_runs
+
+TIER_COLUMNS = ["concurrency", "tier", "baseline", "ttft_p50_speedup", "ttft_verdict", "output_tok_s_verdict"]
+
+
+def write(folder, rel, rows, columns):
+    path = folder / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(rows, columns=columns).to_csv(path, index=False)
+
+
+def evidence(folder, r2_words, winners, gates):
+    write(folder, "R2_local/R2_local_vs_recompute.csv",
+          [[c, "dram", "recompute", 2.0, ttft, tput] for c, (ttft, tput) in r2_words.items()], TIER_COLUMNS)
+    write(folder, "B/B_winners.csv", [[1024, c, 0.5, w] for c, w in winners.items()],
+          ["context_tokens", "concurrency", "ratio", "winner"])
+    write(folder, "gates/gate_lines.csv", [[g, line, v, 1.0, ""] for (g, line), v in gates.items()],
+          ["gate", "line", "verdict", "figure", "unit"])
+    return folder
+
+
+@pytest.fixture
+def pair(tmp_path):
+    a = evidence(tmp_path / "a", {8: ("faster", "no difference measured"), 16: ("faster", "faster"),
+                                  32: ("MET", "slower")},
+                 {2: "engine_only", 4: "tie", 8: "offload"},
+                 {("G1", "cpu"): "PASS", ("G3", "c16"): "MET", ("G3", "c32"): "UNDECIDED"})
+    b = evidence(tmp_path / "b", {8: ("faster", "no difference measured"), 16: ("no difference measured", "faster"),
+                                  32: ("NOT MET", "slower"), 64: ("faster", "faster")},
+                 {2: "engine_only", 4: "tie", 8: "offload"},
+                 {("G1", "cpu"): "FAIL", ("G3", "c16"): "MET", ("G3", "c32"): "MET"})
+    return a, b
+
+
+def test_each_comparison_is_marked_by_its_words_and_key(pair):
+    rows, absent = compare_runs.compare(*pair)
+    marks = {(r.table.split("/")[0], r.key, r.column): r.mark for r in rows}
+    r2 = "R2_local"
+    assert marks[(r2, "concurrency=8, tier=dram, baseline=recompute", "ttft_verdict")] == "same"
+    assert marks[(r2, "concurrency=16, tier=dram, baseline=recompute", "ttft_verdict")] == "decided vs undecided"
+    assert marks[(r2, "concurrency=32, tier=dram, baseline=recompute", "ttft_verdict")] == "opposite"
+    assert marks[(r2, "concurrency=64, tier=dram, baseline=recompute", "ttft_verdict")] == "only in B"
+    assert marks[("gates", "gate=G3, line=c32", "verdict")] == "decided vs undecided"
+    # G1 checks a record against a bill, not a measurement: not a comparison of runs
+    assert not [key for _, key, _ in marks if "G1" in key]
+    assert "R1/R1_targets.csv" in absent and "B/B_sla.csv" in absent
+    tally = compare_runs.counts(rows)
+    assert (tally["same"], tally["decided vs undecided"], tally["opposite"], tally["only in B"]) == (8, 2, 1, 2)
+    assert compare_runs.same_share(rows) == pytest.approx(8 / 11)
+
+
+@pytest.mark.parametrize("a, b, expected", [
+    ("faster", "slower", "opposite"), ("offload", "engine_only", "opposite"), ("shorter", "longer", "opposite"),
+    ("PASS", "UNDECIDED", "decided vs undecided"), ("tie", "offload", "decided vs undecided"),
+    ("tie", "one round: not decided", "other"), ("faster", "MET", "other"), ("spam", "faster", "other"),
+])
+def test_words_are_opposite_only_when_both_are_decided_in_opposite_directions(a, b, expected):
+    assert compare_runs.mark(a, b) == expected
+
+
+def test_the_command_prints_the_counts_and_exits_1_on_an_opposite_word(pair, capsys):
+    assert main(["compare-runs", str(pair[0]), str(pair[1])]) == 1
+    out, err = capsys.readouterr()
+    assert "opposite" in out and "R2_local/R2_local_vs_recompute.csv [concurrency=32" in out
+    assert "same word: 8 of 11 (72.7 %)" in out and "1 opposite" in err
+    assert main(["compare-runs", str(pair[0]), str(pair[0]), "--all"]) == 0
+    out, _ = capsys.readouterr()
+    assert "same word: 11 of 11 (100.0 %)" in out and out.count("same ") >= 11
+
+
+def test_too_few_same_words_fail_even_without_an_opposite(tmp_path, capsys):
+    a = evidence(tmp_path / "a", {8: ("faster", "faster")}, {}, {})
+    b = evidence(tmp_path / "b", {8: ("no difference measured", "faster")}, {}, {})
+    assert main(["compare-runs", str(a), str(b)]) == 1
+    assert main(["compare-runs", str(a), str(b), "--min-same", "0.5"]) == 0
+
+
+def test_a_damaged_table_or_folder_is_named(tmp_path, capsys):
+    a = evidence(tmp_path / "a", {8: ("faster", "faster")}, {}, {})
+    write(tmp_path / "b", "B/B_winners.csv", [[1024, 2]], ["context_tokens", "concurrency"])
+    with pytest.raises(KvtierError, match=r"b/B/B_winners.csv: missing column\(s\) winner"):
+        compare_runs.compare(a, tmp_path / "b")
+    assert main(["compare-runs", str(a), str(tmp_path / "nowhere")]) == 2
+    assert "nowhere: no such evidence folder" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(KvtierError, match="holds a measured comparison"):
+        compare_runs.compare(tmp_path / "empty", tmp_path / "empty")
+
