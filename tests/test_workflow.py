@@ -590,3 +590,23 @@ def test_snakemakes_report_holds_every_page_and_chart_with_its_caption(built, tm
     # Each caption names the rule and the notebook that made the file.
     assert html.count("Rendered by rule") >= len(filed)
     assert "notebooks/R5.ipynb" in html and "render_R5" in html
+
+
+def test_compare_runs_reads_every_measured_comparison_of_a_real_run(built, tmp_path):
+    """kvtier compare-runs on the test preset's evidence: every table it knows is there and parsed; one word made
+    faster in one copy and slower in another is the one opposite comparison, and the command exits 1 for it."""
+    from kvtier.package import compare_runs
+    rows, absent = compare_runs.compare(built / "evidence", built / "evidence")
+    assert absent == [] and len(rows) > 50 and {row.mark for row in rows} == {"same"}
+    copies = []
+    for word in ("faster", "slower"):
+        copy = shutil.copytree(built / "evidence", tmp_path / word)
+        table = copy / "R2_local" / "R2_local_vs_recompute.csv"
+        frame = read_table(table)
+        frame.loc[0, "ttft_verdict"] = word
+        frame.to_csv(table, index=False)
+        copies.append(copy)
+    marks = compare_runs.counts(compare_runs.compare(*copies)[0])
+    assert marks["opposite"] == 1 and marks["same"] == len(rows) - 1, marks
+    out = run(["kvtier", "compare-runs", *map(str, copies)], cwd=tmp_path, check=False)
+    assert out.returncode == 1 and "1 opposite" in out.stdout, out.stdout[-2000:]
