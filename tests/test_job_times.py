@@ -34,6 +34,10 @@ def test_job_times_reads_each_jobs_start_and_finish_from_snakemakes_log(tmp_path
     assert main(["job-times", "--project", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "2 jobs, 71 s from the first start to the last finish" in out and "render_R2 #3" in out
+    # A dry run afterwards leaves a newer log with no job in it: --project still reads the run.
+    (tmp_path / ".snakemake" / "log" / "2026-12-04T160000.snakemake.log").write_text(LOG.split("[Fri")[0])
+    assert main(["job-times", "--project", str(tmp_path)]) == 0
+    assert "152148.snakemake.log: 2 jobs" in capsys.readouterr().out
     (tmp_path / "dry.log").write_text(LOG.split("[Fri")[0])
     assert main(["job-times", str(tmp_path / "dry.log")]) == 2
     assert "no finished job in it" in capsys.readouterr().err

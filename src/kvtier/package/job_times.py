@@ -48,25 +48,26 @@ def parse(text: str) -> list[Job]:
     """Every job of the log that both started and finished, in the order they finished."""
     started: dict[int, datetime] = {}
     jobs, date, pending_rule, group_started = [], None, None, None
-    for line in text.splitlines():
-        if m := _DATE.match(line.strip()):
+    for raw in text.splitlines():
+        line = raw.strip()
+        if m := _DATE.match(line):
             date, pending_rule = _date(m.group(1)), None
-        elif m := _HEADER_DATE.match(line.strip()):
+        elif m := _HEADER_DATE.match(line):
             date = datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S")
         elif date is None:
             continue
-        elif m := _SUBMITTED.match(line.strip()):
+        elif m := _SUBMITTED.match(line):
             if m.group(1).isdigit():
                 started.setdefault(int(m.group(1)), date)
             else:  # a group job: its jobs finish one by one, each counted from the group's submission
                 group_started = date
-        elif m := _STARTED_MESSAGE.match(line.strip()):
+        elif m := _STARTED_MESSAGE.match(line):
             started.setdefault(int(m.group(1)), date)
-        elif m := _STARTED_RULE.match(line.strip()):
+        elif m := _STARTED_RULE.match(line):
             pending_rule = m.group(1)
-        elif pending_rule and (m := _JOBID.match(line)):
+        elif pending_rule and (m := _JOBID.match(raw)):
             started.setdefault(int(m.group(1)), date)
-        elif m := _FINISHED.match(line.strip()):
+        elif m := _FINISHED.match(line):
             jobid = int(m.group(1))
             start = started.get(jobid, group_started)
             if start is not None:
@@ -75,9 +76,13 @@ def parse(text: str) -> list[Job]:
 
 
 def newest_log(project: Path) -> Path:
+    """The newest log in which a job finished: a dry run (or a run that did nothing) after it leaves one too."""
     logs = sorted((Path(project) / ".snakemake" / "log").glob("*.snakemake.log"))
     if not logs:
         raise KvtierError(f"{project}/.snakemake/log: no Snakemake log (run the pipeline first, or name a log)")
+    for log in reversed(logs):
+        if parse(log.read_text(errors="replace")):
+            return log
     return logs[-1]
 
 

@@ -32,7 +32,7 @@ class QuietBounds:
     max_dirty_mib: float = 64.0
     max_cpu_busy: float = 0.25  # fraction of all CPUs, over `sample_s`
     max_load_per_cpu: float = 2.0
-    sample_s: float = 0.5
+    sample_s: float = 0.2
     timeout_s: float = 120.0
 
     def __post_init__(self):
