@@ -82,6 +82,20 @@ def test_running_environment_is_the_lock():
     assert not INCOMPATIBLE & installed.keys()
 
 
+def test_the_stack_is_byte_compiled_ahead_of_time():
+    # Where PYTHONDONTWRITEBYTECODE is set nothing caches a module compiled on import, and every vLLM start would
+    # compile vLLM and torch from source again: the bootstrap compiles them (and kvtier) once.
+    import importlib.util
+
+    import torch
+    import vllm
+
+    import kvtier
+    missing = [m.__name__ for m in (vllm, torch, kvtier)
+               if not Path(importlib.util.cache_from_source(m.__file__)).is_file()]
+    assert not missing, f"not byte-compiled in this environment (run `make env`): {missing}"
+
+
 def bootstrap(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(ROOT / "workflow/scripts/bootstrap_env.py"), *args],
                           capture_output=True, text=True, timeout=60)
