@@ -93,3 +93,14 @@ def test_a_damaged_table_or_folder_is_named(tmp_path, capsys):
     with pytest.raises(KvtierError, match="holds a measured comparison"):
         compare_runs.compare(tmp_path / "empty", tmp_path / "empty")
 
+
+
+def test_soak_faults_on_another_schedule_are_compared_fault_by_fault(tmp_path):
+    a = evidence(tmp_path / "a", {}, {}, {("G4", "kill_vllm at 20 s"): "PASS", ("G4", "kill_vllm at 90 s"): "PASS",
+                                          ("G4", "pool held by eviction"): "PASS"})
+    b = evidence(tmp_path / "b", {}, {}, {("G4", "kill_vllm at 10 s"): "PASS", ("G4", "kill_vllm at 40 s"): "FAIL",
+                                          ("G4", "pool held by eviction"): "PASS"})
+    rows, _ = compare_runs.compare(a, b)
+    marks = {c.key: c.mark for c in rows}
+    assert marks == {"gate=G4, line=kill_vllm #1": "same", "gate=G4, line=kill_vllm #2": "opposite",
+                     "gate=G4, line=pool held by eviction": "same"}

@@ -18,6 +18,7 @@ module only reads the rendered CSVs, so it compares a package built anywhere, by
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,6 +99,23 @@ def _cell(value) -> str:
     return "" if isinstance(value, float) and math.isnan(value) else str(value)
 
 
+FAULT_AT = re.compile(r"^(?P<fault>\w+) at [\d.]+ s$")  # G4's line of one injected fault: "kill_vllm at 10 s"
+
+
+def _fault_lines(frame: pd.DataFrame) -> list[str]:
+    """G4's fault lines named by the fault and its occurrence ("kill_vllm #1"), not the second it fired at: two
+    soaks on different schedules still compare each fault's recovery."""
+    seen: Counter = Counter()
+    names = []
+    for gate, line in zip(frame["gate"], frame["line"]):
+        match = FAULT_AT.match(str(line)) if gate == "G4" else None
+        if match:
+            seen[match["fault"]] += 1
+            line = f"{match['fault']} #{seen[match['fault']]}"
+        names.append(line)
+    return names
+
+
 def words(evidence_dir: Path, table: Table) -> dict[tuple[str, str], str] | None:
     """{(row key, word column): word} of one table, or None when the folder has no such table."""
     path = Path(evidence_dir) / table.path
@@ -113,6 +131,7 @@ def words(evidence_dir: Path, table: Table) -> dict[tuple[str, str], str] | None
                           f"and {', '.join(table.words)})")
     if table.path.startswith("gates/"):
         frame = frame[frame["gate"].isin(MEASURED_GATES)]
+        frame = frame.assign(line=_fault_lines(frame))
     found = {}
     for _, row in frame.iterrows():
         key = ", ".join(f"{c}={_cell(row[c])}" for c in table.keys)
