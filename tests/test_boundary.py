@@ -177,7 +177,9 @@ def test_the_page_reads_a_boundary_directory_and_explains_each_cell(tmp_path):
     with pytest.raises(KvtierError, match="B_correctness.csv missing"):
         boundary.load(tmp_path)
     write_table(pd.DataFrame([{"round": 1, "context_tokens": 4096, "concurrency": 2, "requests": 4,
-                               "compared": 4, "identical": 4}]), tmp_path / "B_correctness.csv")
+                               "compared": 4, "identical": 4},
+                              {"round": 2, "context_tokens": 4096, "concurrency": 4, "requests": 8,
+                               "compared": 8, "identical": 7}]), tmp_path / "B_correctness.csv")
     (tmp_path / "conditions.json").write_text(json.dumps({
         "workload": {"workload": "multi-turn", "followup_tokens": 32, "output_tokens": 16, "turns": 3, "reuse": 1.0,
                      "seed": 0, "contexts": [4096], "concurrency": [2, 4]},
@@ -188,6 +190,10 @@ def test_the_page_reads_a_boundary_directory_and_explains_each_cell(tmp_path):
         "quiet": {"measurements": 12, "checked": 12, "quiet": 12, "waited_s_max": 1.0, "not_quiet": []}}))
     measured = boundary.load(tmp_path)
     assert list(measured.won["winner"]) == ["engine_only", "offload"]
+    # A mismatch is in the cell's row, and listed on its own.
+    assert list(measured.won["outputs"]) == [
+        "identical", "1 of 8 differ (round 2): not a valid measurement until explained"]
+    assert boundary.mismatches(measured.correctness)[["round", "concurrency", "differ"]].values.tolist() == [[2, 4, 1]]
     medians = boundary.cell_medians(measured.grid)
     assert medians.loc[(medians["scheme"] == "offload") & (medians["concurrency"] == 4), "ttft_p50_s"].item() == \
         pytest.approx(0.7)
@@ -200,9 +206,17 @@ def test_the_page_reads_a_boundary_directory_and_explains_each_cell(tmp_path):
     assert "4, 8 per cell" in text and "12288 tokens configured" in text and "engine_only 12,288" in text
     assert "max model length 4352" in text and "12 of 12 cells" in text
     assert "<svg" in charts.to_svg(boundary.heatmap(measured.won))
-    written = boundary.write_evidence(measured, tmp_path / "out", [("ttft_p50_s", 1.0)], png_scale=1)
+    statements = [{"id": "s1", "check": "along_concurrency", "metric": "ttft_p50_s", "verdict": "AGREES",
+                   "reasons": ["context 4096: engine_only → offload"]}]
+    written = boundary.write_evidence(measured, tmp_path / "out", [("ttft_p50_s", 1.0)], png_scale=1,
+                                      statements=statements)
     assert sorted(p.name for p in written) == ["B_attribution.csv", "B_cells.csv", "B_chart.png", "B_chart.svg",
-                                               "B_sla.csv", "B_winners.csv"]
+                                               "B_correctness.csv", "B_crossovers.csv", "B_sla.csv",
+                                               "B_statements.csv", "B_winners.csv"]
+    crossings = pd.read_csv(tmp_path / "out" / "B_crossovers.csv")
+    assert crossings.loc[crossings["along"] == "concurrency", "crossover"].tolist() == [
+        "engine_only → offload between 2 and 4"]
+    assert pd.read_csv(tmp_path / "out" / "B_statements.csv")["verdict"].tolist() == ["AGREES"]
 
 
 def test_the_service_model_is_read_off_a_full_recompute_cell():
@@ -219,3 +233,19 @@ def test_the_service_model_is_read_off_a_full_recompute_cell():
     measured.attribution["recompute_frac"] = 0.0
     with pytest.raises(KvtierError, match="no engine_only cell recomputed"):
         advise.service_model(measured)
+
+
+def test_a_grid_with_per_request_pairs_is_judged_on_them_not_on_the_ratio_of_p50s():
+    rows = []
+    for r, (engine, offload, paired) in enumerate([(1.0, 1.6, 1.21), (1.0, 0.9, 1.19), (1.0, 1.3, 1.20)], start=1):
+        rows += [{"scheme": "engine_only", "context_tokens": 1024, "concurrency": 4, "round": r, "ttft_p50_s": engine,
+                  "ttft_paired_ratio": None, "requests": 16, "paired_requests": None},
+                 {"scheme": "offload", "context_tokens": 1024, "concurrency": 4, "round": r, "ttft_p50_s": offload,
+                  "ttft_paired_ratio": paired, "requests": 16, "paired_requests": 16}]
+    grid = pd.DataFrame(rows)
+    (row,) = boundary.winners(grid).to_dict("records")
+    # The p50s' ratios (1.6, 0.9, 1.3) hold 1; the pairs (1.21, 1.19, 1.20) do not.
+    assert row["winner"] == "engine_only" and row["ratio"] == pytest.approx(1.20)
+    assert row["statistic"] == boundary.PAIRED_WORDS and row["requests_per_round"] == "16"
+    (plain,) = boundary.winners(grid.drop(columns=["ttft_paired_ratio"])).to_dict("records")
+    assert plain["winner"] == "tie" and plain["to_decide"]

@@ -21,13 +21,30 @@ def test_settings_refuse_what_cannot_run_naming_the_value():
     cases = [({"schemes": ["vram"]}, "schemes \\['vram'\\]"),
              ({"contexts": []}, "contexts \\[\\]"), ({"concurrency": [0, 2]}, "concurrency \\[0, 2\\]"),
              ({"turns": 1}, "turns >= 2"), ({"reuse": 1.5}, "reuse in \\[0, 1\\]"),
-             ({"contexts": [4600]}, "reaches 4744 tokens .*over max_model_len 4608"),
+             ({"contexts": [4600]}, "reaches 4840 tokens .*5 turns, min_requests 16 at concurrency 2.*over "
+                                    "max_model_len 4608"),
+             ({"min_requests": 0}, "min_requests >= 1"),
              ({"servers": {**SERVERS, "engine_kv_tokens": 4096}}, "engine_kv_tokens 4096 cannot hold one request"),
              ({"servers": {**SERVERS, "engine_kv_tokens": None}}, "must set the engine's KV capacity"),
              ({"servers": {**SERVERS, "bogus": 1}}, "boundary servers: .*bogus")]
     for overrides, match in cases:
         with pytest.raises(KvtierError, match=match):
             settings(**overrides)
+
+
+def test_low_concurrency_gets_more_turns_not_more_conversations_to_reach_min_requests():
+    s = settings(concurrency=[2, 4, 8], sessions_per_slot=2, turns=3, min_requests=16)
+    # 4 conversations x (turns - 1) later turns >= 16: 5 turns at 2; 8 x 2 = 16 already at 4.
+    assert [s.turns_for(c) for c in (2, 4, 8)] == [5, 3, 3]
+    assert settings(min_requests=1).turns_for(2) == 3  # never fewer than `turns`
+
+
+def test_sequential_rounds_are_refused_when_they_cannot_run():
+    assert boundary.BoundaryRounds(3, 8, 300).most == 8 and boundary.BoundaryRounds(3).most == 3
+    for args, match in [((0,), "rounds 0: at least 1"), ((3, 2), "max_rounds 2: at least rounds"),
+                        ((1, 4), "start from at least 2"), ((3, 8, 0), "cell_budget_s 0")]:
+        with pytest.raises(KvtierError, match=match):
+            boundary.BoundaryRounds(*args)
 
 
 def test_cells_reverse_every_other_round_and_schemes_alternate_cell_by_cell_and_round_by_round():
@@ -74,3 +91,17 @@ def test_a_conversation_longer_than_the_model_allows_is_refused_before_any_serve
 def test_a_boundary_directory_without_cells_is_refused_naming_it(tmp_path):
     with pytest.raises(KvtierError, match="no finished boundary cell under cells/round-<r>/"):
         boundary.aggregate(tmp_path)
+
+
+def test_requests_are_paired_across_schemes_by_id_within_a_round():
+    rows = [{"round": 1, "scheme": s, "context_tokens": 1024, "concurrency": 2, "valid": True}
+            for s in ("engine_only", "offload")]
+    outputs = {(1, "engine_only", 1024, 2): {"a": ("x", 0.10), "b": ("y", 0.20), "c": ("z", 0.40), "d": ("w", None)},
+               (1, "offload", 1024, 2): {"a": ("x", 0.05), "b": ("y", 0.30), "c": ("z", 0.40), "e": ("v", 1.0)}}
+    boundary._pair_requests(rows, outputs)
+    engine, offload = rows
+    assert engine["ttft_paired_ratio"] is None  # the baseline carries none
+    assert offload["ttft_paired_ratio"] == pytest.approx(1.0) and offload["paired_requests"] == 3  # 0.5, 1.5, 1.0
+    engine["valid"] = False  # an invalid baseline round pairs nothing
+    boundary._pair_requests(rows, outputs)
+    assert rows[1]["ttft_paired_ratio"] is None

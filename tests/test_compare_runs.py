@@ -104,3 +104,26 @@ def test_soak_faults_on_another_schedule_are_compared_fault_by_fault(tmp_path):
     marks = {c.key: c.mark for c in rows}
     assert marks == {"gate=G4, line=kill_vllm #1": "same", "gate=G4, line=kill_vllm #2": "opposite",
                      "gate=G4, line=pool held by eviction": "same"}
+
+
+def test_b_crossover_brackets_and_document_000_statements_are_compared_by_direction(tmp_path):
+    lines = {"a": [["concurrency", 1024, "engine_only → offload between 2 and 4"],
+                   ["concurrency", 2048, "engine_only → offload between 2 and 4"],
+                   ["concurrency", 4096, "none"], ["context_tokens", 2, "engine_only → offload between 1024 and 2048"]],
+             "b": [["concurrency", 1024, "engine_only → offload between 4 and 8"],
+                   ["concurrency", 2048, "none"],
+                   ["concurrency", 4096, "none"], ["context_tokens", 2, "offload → engine_only between 1024 and 2048"]]}
+    verdicts = {"a": ["AGREES", "NOT SHOWN", "AGREES"], "b": ["AGREES", "AGREES", "CONTRADICTS"]}
+    for side in ("a", "b"):
+        write(tmp_path / side, "B/B_crossovers.csv", lines[side], ["along", "at", "crossover"])
+        write(tmp_path / side, "B/B_statements.csv", [[f"s{i}", v] for i, v in enumerate(verdicts[side])],
+              ["id", "verdict"])
+    rows, _ = compare_runs.compare(tmp_path / "a", tmp_path / "b")
+    marks = {(r.table.split("/")[1], r.key): r.mark for r in rows}
+    assert marks[("B_crossovers.csv", "along=concurrency, at=1024")] == "other"  # the same way, another bracket
+    assert marks[("B_crossovers.csv", "along=concurrency, at=2048")] == "decided vs undecided"
+    assert marks[("B_crossovers.csv", "along=concurrency, at=4096")] == "same"
+    assert marks[("B_crossovers.csv", "along=context_tokens, at=2")] == "opposite"
+    assert [marks[("B_statements.csv", f"id=s{i}")] for i in range(3)] == ["same", "decided vs undecided", "opposite"]
+    assert compare_runs.direction("engine_only → offload between 2 and 4; offload → engine_only between 8 and 16") == 0
+    assert compare_runs.direction("a crossover somewhere") is None

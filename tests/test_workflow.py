@@ -387,8 +387,26 @@ def test_B_renders_the_measured_boundary_with_its_reasons(built):
     # The page's tables come from the raw cells through the package, not from anywhere else.
     pd.testing.assert_frame_equal(read_table(page / "B_winners.csv"), measured.won, check_dtype=False)
     assert set(measured.grid["scheme"]) == {"engine_only", "offload"}
-    assert measured.grid["valid"].all() and len(measured.grid) == 2 * 2 * 2 * 2  # schemes x contexts x c x rounds
+    # Sequential rounds: 2 of every cell, then a third only for the cells still undecided after them.
+    sequential = json.loads((built / "raw_data" / "runs" / "test" / "B" / "cells" / "sequential.json").read_text())
+    assert sequential["rounds"] == 2 and sequential["max_rounds"] == 3
+    two = boundary.winners(measured.grid[measured.grid["round"] <= 2], plan=boundary.sequential.Plan(2, 3))
+    undecided = {f"L{x}-c{c}" for x, c, w in zip(two["context_tokens"], two["concurrency"], two["winner"])
+                 if w == boundary.TIE}
+    third = {f"L{x}-c{c}" for x, c in measured.grid.loc[measured.grid["round"] == 3, ["context_tokens",
+                                                                                       "concurrency"]].values}
+    assert third == undecided, (third, undecided)
+    for cell, entry in sequential["cells"].items():
+        assert entry["rounds"] == (3 if cell in undecided else 2), (cell, entry)
+        assert entry["stop"] in (("decided", "rounds spent", "minutes spent") if cell in undecided else ("decided",))
+    assert measured.grid["valid"].all() and len(measured.grid) == 2 * (2 * 2 * 2 + len(undecided))
+    # 8 measured requests a window at least: concurrency 2 got a third turn.
+    assert (measured.grid["requests"] >= 8).all() and conditions_of(built)["turns_per_cell"]["L512-c2"] == 3
+    assert set(measured.won["stop"]) <= {"decided", "rounds spent", "minutes spent"}
+    for name in ("B_crossovers.csv", "B_statements.csv", "B_correctness.csv"):
+        assert (page / name).is_file(), name
     html = (page / "B.html").read_text()
+    assert "How each cell's answer was reached" in html and "Lan &amp; DeMets" in html
     assert boundary.crossover_text(measured.won).splitlines()[0] in html
     # Why a cell went one way: where the engine overflowed, engine_only recomputed and offload reloaded.
     shares = boundary.attribution_medians(measured.attribution).set_index(["scheme", "context_tokens", "concurrency"])
@@ -400,12 +418,16 @@ def test_B_renders_the_measured_boundary_with_its_reasons(built):
     # vLLM's own report of its KV capacity: what the preset asked for (3072 tokens), to a block.
     assert conditions["engine_kv_tokens_reported"]["engine_only"] <= 3072 + 128, conditions
     rounds = [o["round"] for o in conditions["order"]]
-    assert rounds == sorted(rounds) and len(rounds) == 2 * 2 * 2 * 2, rounds  # round by round, every cell
+    assert rounds == sorted(rounds) and len(rounds) == len(measured.grid), rounds  # round by round
     statements = shapes.evaluate_all(ledger.load(built / "raw_data" / "published" / "claims.yaml").boundary_statements,
                                      measured.grid)
     for s in statements:
         assert f"{s['id']}: {s['verdict']}" in html
     assert "outside the measured grid" in html or "meet(s) the SLA" in html or "no scheme meets" in html
+
+
+def conditions_of(built: Path) -> dict:
+    return json.loads((built / "raw_data" / "runs" / "test" / "B" / "conditions.json").read_text())
 
 
 def run_starts(campaign: Path) -> list[str]:

@@ -315,9 +315,18 @@ def _cmd_campaign(args) -> None:
 
 
 def _cmd_boundary_run(args) -> None:
-    from .runs.boundary import BoundarySettings, run_rounds
-    summaries = run_rounds(_settings(BoundarySettings, args.settings, "--settings"), args.rounds, args.boundary_dir)
-    print(f"boundary: {len(summaries)} cells of {args.rounds} round(s) into {args.boundary_dir}")
+    from .evidence.boundary import undecided_cells
+    from .evidence.sequential import Plan
+    from .runs.boundary import BoundaryRounds, BoundarySettings, run_rounds
+    plan = BoundaryRounds(args.rounds, args.max_rounds, args.cell_budget_s)
+    settings = _settings(BoundarySettings, args.settings, "--settings")
+    judge = None
+    if plan.most > plan.rounds:
+        sequential = Plan(plan.rounds, plan.most)
+        judge = lambda frame: undecided_cells(frame, sequential)  # noqa: E731 - the judge between rounds
+    summaries = run_rounds(settings, plan, args.boundary_dir, undecided=judge)
+    print(f"boundary: {len(summaries)} cell runs, {args.rounds} round(s) of every cell"
+          + (f", up to {plan.most} for an undecided one" if judge else "") + f", into {args.boundary_dir}")
 
 
 def _cmd_boundary(args) -> None:
@@ -707,6 +716,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("boundary-run", help="evidence B's grid on real vLLM (+ LMCache): engine_only and offload "
                        "side by side, multi-turn cells of concurrency x context, in rounds")
     p.add_argument("--rounds", type=int, default=1, help="rounds of the whole grid, each in its own order")
+    p.add_argument("--max-rounds", type=int, help="sequential: after --rounds, one more round at a time of each "
+                   "cell still undecided, up to this many (kvtier.evidence.sequential); default: --rounds")
+    p.add_argument("--cell-budget-s", type=float, help="sequential: no further round for a cell once its rounds "
+                   "took this many seconds (both schemes)")
     p.add_argument("--boundary-dir", required=True, help="where the cells go (<dir>/cells/, new)")
     p.add_argument("--settings", required=True, help="JSON of kvtier.runs.boundary.BoundarySettings")
     p.set_defaults(func=_cmd_boundary_run)

@@ -7,7 +7,8 @@ rule boundary_cells:
     group:
         PROBES_GROUP
     message:
-        "Boundary: engine_only and offload over concurrency x context, {params.rounds} rounds, into {output.cells}"
+        "Boundary: engine_only and offload over concurrency x context, {params.rounds} rounds (up to"
+        " {params.max_rounds} for an undecided cell), into {output.cells}"
     input:
         model=MODEL_INPUT,
         lmcache=LMCACHE_INPUT,
@@ -17,6 +18,8 @@ rule boundary_cells:
     params:
         boundary_dir=lambda wildcards, output: os.path.dirname(output.cells),
         rounds=BOUNDARY["rounds"],
+        max_rounds=BOUNDARY["max_rounds"],
+        cell_budget_s=BOUNDARY["cell_budget_s"],
         settings=BOUNDARY_SETTINGS,
     resources:
         **MEASURE_JOB,
@@ -26,7 +29,8 @@ rule boundary_cells:
     conda:
         "../../environment.yml"
     shell:
-        "kvtier boundary-run --rounds {params.rounds:q} --boundary-dir {params.boundary_dir:q}"
+        "kvtier boundary-run --rounds {params.rounds:q} --max-rounds {params.max_rounds:q}"
+        " --cell-budget-s {params.cell_budget_s:q} --boundary-dir {params.boundary_dir:q}"
         " --settings {params.settings:q} > {log:q} 2>&1"
 
 
@@ -74,6 +78,8 @@ rule render_B:
         html=report(f"{EVIDENCE}/B/B.html", **PAGE_REPORT["B"]),
         executed=f"{EVIDENCE}/B/B.ipynb",
         winners=f"{EVIDENCE}/B/B_winners.csv",
+        crossovers=f"{EVIDENCE}/B/B_crossovers.csv",
+        statements=f"{EVIDENCE}/B/B_statements.csv",
         manifest=f"{EVIDENCE}/B/manifest.json",
     params:
         argv=lambda wildcards, input, output: render_args(

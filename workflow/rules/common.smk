@@ -125,11 +125,15 @@ BOUNDARY_DIR = f"{CAMPAIGN_DIR}/B"
 _BOUNDARY_SERVERS = {**json.loads(TIER_SETTINGS), "engine_kv_tokens": BOUNDARY["engine_kv_tokens"],
                      "max_model_len": BOUNDARY["max_model_len"], "lmcache_l1_gb": BOUNDARY["lmcache_l1_gb"],
                      "local_disk_path": BOUNDARY["pool_path"]}
-_NOT_IN_SETTINGS = ("enabled", "rounds", "engine_kv_tokens", "max_model_len", "lmcache_l1_gb", "pool_path", "slas",
-                    "profile_trace")
+_NOT_IN_SETTINGS = ("enabled", "rounds", "max_rounds", "cell_budget_s", "engine_kv_tokens", "max_model_len",
+                    "lmcache_l1_gb", "pool_path", "slas", "profile_trace")
 BOUNDARY_SETTINGS = json.dumps({"servers": _BOUNDARY_SERVERS,
                                 **{k: v for k, v in BOUNDARY.items() if k not in _NOT_IN_SETTINGS}})
 BOUNDARY_CELLS = f"{BOUNDARY_DIR}/{kvtier_boundary.CELLS_DIR}"
+try:  # refused at load, not when the boundary job starts
+    kvtier_boundary.BoundaryRounds(BOUNDARY["rounds"], BOUNDARY["max_rounds"], BOUNDARY["cell_budget_s"])
+except KvtierError as exc:
+    sys.exit(f"kvtier: {_config_source}: boundary: {exc}")
 
 # The gated joint test (kvtier.gates): G1 before any measurement, G2 and G3 on what the campaign measured. On
 # only with the campaign, whose rounds G2 and G3 judge. Each gate's verdict record, and the flag its rule

@@ -114,8 +114,9 @@ def service_model(measured: boundary.Measured, min_recompute: float = 0.9):
     context = int(chosen["context_tokens"])
     cell = dict(scheme=boundary.ENGINE, concurrency=c, context_tokens=context)
     # The measured turns of a cell: every conversation's later turns (its opening turn is sent unmeasured).
-    requests = (measured.conditions["sessions_per_cell"][cell_dir(context, c)]
-                * (measured.conditions["workload"]["turns"] - 1))
+    turns = (measured.conditions.get("turns_per_cell") or {}).get(cell_dir(context, c),
+                                                                 measured.conditions["workload"]["turns"])
+    requests = measured.conditions["sessions_per_cell"][cell_dir(context, c)] * (turns - 1)
     prompt = stats.estimate(tables.per_round(measured.attribution, "prompt_tokens", **cell).values()).point / requests
     ttft = stats.estimate(tables.per_round(measured.grid, "ttft_p50_s", **cell).values()).point
     tok_s = stats.estimate(tables.per_round(measured.grid, "output_tok_s", **cell).values()).point

@@ -3,8 +3,11 @@
 A grid holds, per scheme (`engine_only`, `offload`, ...), concurrency and context length, one reading per round
 (TTFT p50/p99 in seconds). Everything here is computed from the cells that were measured, never beyond them:
 
-- per cell, the offload / engine TTFT p50 ratio over the rounds with its interval (kvtier.evidence.stats) and the
-  winner: `offload` when the interval lies below 1, `engine_only` above 1, `tie` when it holds 1;
+- per cell, the offload / engine TTFT ratio over the rounds with its interval and the winner: `offload` when the
+  interval lies below 1, `engine_only` above 1, `tie` when it holds 1. A round's ratio is the median of the
+  per-request TTFT ratios where the grid pairs requests (`ttft_paired_ratio`: both schemes serve the same
+  conversations in the same order), else the ratio of the two TTFT p50s; the interval is the sequential one
+  (kvtier.evidence.sequential) when the grid was measured under a sequential plan, else kvtier.evidence.stats;
 - per context length, each crossover located between two measured concurrencies where the winner changes (ties
   in between widen the bracket), or the plain statement that this context has none;
 - per TTFT SLA, for each cell, whether each scheme meets it (MET when its interval lies at or under the SLA,
@@ -23,7 +26,7 @@ from ..core.errors import KvtierError
 from ..core.table_io import read_table
 from ..core.tiers import ENGINE_ONLY, OFFLOAD
 from ..runs.boundary import ROUNDS_FILE
-from . import stats, tables
+from . import sequential, stats, tables
 
 ENGINE = ENGINE_ONLY
 TIE = "tie"
@@ -57,30 +60,100 @@ AXIS_WORDS = {"concurrency": "concurrency", "context_tokens": "context"}
 LOWER_IS_BETTER = {"ttft_p50_s": True, "ttft_p90_s": True, "ttft_p99_s": True, "output_tok_s": False}
 
 
+def plan_of(grid: pd.DataFrame) -> sequential.Plan | None:
+    """The sequential plan a grid was measured under (its min_rounds and max_rounds columns), or None for fixed
+    rounds (a grid from before sequential rounds, or max_rounds equal to min_rounds)."""
+    if not {"min_rounds", "max_rounds"} <= set(grid.columns) or grid.empty:
+        return None
+    low, high = int(grid["min_rounds"].min()), int(grid["max_rounds"].max())
+    return sequential.Plan(low, high) if 2 <= low < high else None
+
+
+PAIRED = "ttft_paired_ratio"  # B_rounds.csv: per round, the median of the per-request TTFT ratios (runs.boundary)
+PAIRED_WORDS = "median of the per-request TTFT ratios"
+WINNER_COLUMNS = ["context_tokens", "concurrency", "ratio", "ratio_low", "ratio_high", "rounds", "interval", "winner",
+                  "statistic", "stop", "outlier_rounds", "without_outliers", "to_decide", "requests_per_round"]
+
+
 def winners(grid: pd.DataFrame, candidate: str = OFFLOAD, baseline: str = ENGINE,
-            metric: str = "ttft_p50_s") -> pd.DataFrame:
+            metric: str = "ttft_p50_s", plan: sequential.Plan | None = None) -> pd.DataFrame:
     """One row per (context, concurrency) measured for both schemes: the ratio candidate / baseline of `metric`
-    paired by round, its interval, and the winner (lower TTFT wins; higher throughput wins)."""
+    paired by round, its interval, and the winner (lower TTFT wins; higher throughput wins). Under a sequential
+    plan (`plan`, or the grid's own: plan_of) the interval is the sequential one of kvtier.evidence.sequential.
+    A round that is an outlier (Hampel's rule on the logs) is named, the interval without it shown, and the cell
+    is decided only when both intervals agree; an undecided cell says about how many more rounds would decide
+    it; `stop` says why its rounds stopped."""
     check_grid(grid)
     if metric not in LOWER_IS_BETTER or metric not in grid.columns:
         raise KvtierError(f"winners by {metric!r}: the grid has no such reading (one of "
                           f"{', '.join(c for c in LOWER_IS_BETTER if c in grid.columns)})")
+    plan = plan or plan_of(grid)
     lower = LOWER_IS_BETTER[metric]
     rows = []
     cells = grid[["context_tokens", "concurrency"]].drop_duplicates().sort_values(["context_tokens", "concurrency"])
     for context, c in cells.itertuples(index=False):
         mine, theirs = (tables.per_round(grid, metric, scheme=s, concurrency=c, context_tokens=context)
                        for s in (candidate, baseline))
-        if not stats.paired_ratios(mine, theirs):
+        samples = stats.paired_ratios(mine, theirs)
+        if not samples:
             continue  # a scheme missing at this cell: no winner is claimed there
-        ratio = stats.ratio(mine, theirs)
+        paired = sorted(set(mine) & set(theirs))
+        by_request = (tables.per_round(grid, PAIRED, scheme=candidate, concurrency=c, context_tokens=context)
+                      if metric == "ttft_p50_s" and baseline == ENGINE and PAIRED in grid.columns else {})
+        if by_request:  # request by request: the same conversations, turns and order on both sides of a round
+            paired = sorted(by_request)
+            samples = [by_request[r] for r in paired]
+        verdict = _judge(samples, plan)
+        ratio = verdict.figure
         below, above = (candidate, baseline) if lower else (baseline, candidate)
-        winner = below if ratio.high < 1 else above if ratio.low > 1 else TIE
+        winner = below if verdict.side < 0 else above if verdict.side > 0 else TIE
+        here = grid[(grid["context_tokens"] == context) & (grid["concurrency"] == c)]
+        stop = here["stop"].iloc[0] if "stop" in here.columns and here["stop"].notna().any() else "fixed rounds"
+        counted = "paired_requests" if by_request else "requests"
+        requests = here[counted].dropna() if counted in here.columns else pd.Series(dtype=float)
         rows.append({"context_tokens": int(context), "concurrency": int(c), "ratio": ratio.point,
                      "ratio_low": ratio.low, "ratio_high": ratio.high, "rounds": ratio.rounds,
-                     "interval": ratio.method, "winner": winner})
-    return pd.DataFrame(rows, columns=["context_tokens", "concurrency", "ratio", "ratio_low", "ratio_high",
-                                       "rounds", "interval", "winner"])
+                     "interval": ratio.method, "winner": winner, "stop": stop,
+                     "statistic": PAIRED_WORDS if by_request else f"{metric} ratio of the schemes",
+                     "outlier_rounds": " ".join(str(int(paired[i])) for i in verdict.outliers),
+                     "without_outliers": (f"{verdict.without.point:.3g} [{verdict.without.low:.3g}, "
+                                          f"{verdict.without.high:.3g}]" if verdict.without else ""),
+                     "to_decide": sequential.what_would_decide(verdict) if ratio.rounds > 1 else "",
+                     "requests_per_round": (f"{int(requests.min())}" if requests.min() == requests.max() else
+                                            f"{int(requests.min())}–{int(requests.max())}") if len(requests) else ""})
+    return pd.DataFrame(rows, columns=WINNER_COLUMNS)
+
+
+def _judge(samples: list[float], plan: sequential.Plan | None) -> sequential.Judgement:
+    """A cell's ratio judged against 1: sequentially under a plan; under fixed rounds by kvtier.evidence.stats,
+    with the same outlier rule."""
+    if plan is not None and plan.min_rounds <= len(samples) <= plan.max_rounds:
+        return sequential.judge(samples, 1.0, plan)
+    figure = stats.estimate(samples)
+    found = tuple(sequential.outliers(samples)) if all(v > 0 for v in samples) else ()
+    kept = [v for i, v in enumerate(samples) if i not in found]
+    without = stats.estimate(kept) if found and len(kept) >= 2 else None
+    side = sequential.side(figure, 1.0) if figure.rounds > 1 else 0
+    if side and found and (without is None or sequential.side(without, 1.0) != side):
+        side = 0
+    more = None
+    if not side and len(samples) >= 2 and all(v > 0 for v in samples):
+        more = sequential.rounds_to_decide(samples, 1.0, sequential.Plan(len(samples), len(samples)))
+    return sequential.Judgement(figure, side, found, without, more)
+
+
+def undecided_cells(grid: pd.DataFrame, plan: sequential.Plan) -> set[tuple[int, int]]:
+    """(context, concurrency) of the cells whose winner is still a tie under `plan` (what a sequential boundary run
+    measures again), and of those with fewer rounds than the plan's minimum."""
+    if grid.empty or grid["ttft_p50_s"].isna().all():
+        return {(int(x), int(c)) for x, c in grid[["context_tokens", "concurrency"]].drop_duplicates()
+                .itertuples(index=False)}
+    won = winners(grid, plan=plan)
+    every = {(int(x), int(c)) for x, c in grid[["context_tokens", "concurrency"]].drop_duplicates()
+             .itertuples(index=False)}
+    decided = {(int(x), int(c)) for x, c, w in zip(won["context_tokens"], won["concurrency"], won["winner"])
+               if w != TIE}
+    return every - decided
 
 
 @dataclass(frozen=True)
@@ -140,6 +213,43 @@ def crossover_text(won: pd.DataFrame, along: str = "concurrency") -> str:
         else:
             lines.append(f"{AXIS_WORDS[fixed]} {at}: no crossover on this grid ({no_crossover_reason(won, along, at)})")
     return "\n".join(lines)
+
+
+NO_CROSSOVER = "none"
+
+
+def crossover_table(won: pd.DataFrame) -> pd.DataFrame:
+    """One row per line of the grid, along each axis: the crossovers found there as brackets
+    ("engine_only → offload between 2 and 4"), or "none" (with why): what `kvtier compare-runs` sets side by side."""
+    rows = []
+    for along in AXES:
+        for at, found in crossovers(won, along).items():
+            rows.append({"along": along, "at": at,
+                         "crossover": "; ".join(f"{x.before} → {x.after} between {x.below} and {x.above}"
+                                                for x in found) or NO_CROSSOVER,
+                         "why": "" if found else no_crossover_reason(won, along, at)})
+    return pd.DataFrame(rows, columns=["along", "at", "crossover", "why"])
+
+
+def mismatches(correctness: pd.DataFrame) -> pd.DataFrame:
+    """The rounds of the cells where offload's greedy outputs differed from engine_only's, request by request."""
+    if correctness.empty:
+        return correctness.assign(differ=pd.Series(dtype=int))
+    found = correctness.assign(differ=correctness["compared"] - correctness["identical"])
+    return found[found["differ"] > 0].reset_index(drop=True)
+
+
+def outputs_word(correctness: pd.DataFrame, context: int, concurrency: int) -> str:
+    """A cell's greedy outputs over its rounds: "identical", "N of M differ (rounds r, ...)", or "not compared"."""
+    here = correctness[(correctness["context_tokens"] == context) & (correctness["concurrency"] == concurrency)]
+    if here.empty or not here["compared"].sum():
+        return "not compared"
+    differ = here[here["compared"] > here["identical"]]
+    if differ.empty:
+        return "identical"
+    n = int((differ["compared"] - differ["identical"]).sum())
+    return (f"{n} of {int(here['compared'].sum())} differ (round{'s' * (len(differ) > 1)} "
+            f"{', '.join(str(int(r)) for r in differ['round'])}): not a valid measurement until explained")
 
 
 def parse_slas(text: str) -> list[tuple[str, float]]:
@@ -209,7 +319,10 @@ def load(boundary_dir: str | os.PathLike) -> Measured:
         if not path.is_file():
             raise KvtierError(f"{boundary_dir}: {name} missing (`kvtier boundary {boundary_dir}` writes it)")
         found[name] = json.loads(path.read_text()) if name.endswith(".json") else read_table(path)
-    return Measured(grid, found[ATTRIBUTION_FILE], found[CORRECTNESS_FILE], found[CONDITIONS_FILE], winners(grid))
+    won = winners(grid)
+    correctness = found[CORRECTNESS_FILE]
+    won["outputs"] = [outputs_word(correctness, x, c) for x, c in zip(won["context_tokens"], won["concurrency"])]
+    return Measured(grid, found[ATTRIBUTION_FILE], correctness, found[CONDITIONS_FILE], won)
 
 
 def cell_medians(grid: pd.DataFrame) -> pd.DataFrame:
@@ -233,12 +346,17 @@ def bracket_cells(won: pd.DataFrame) -> set[tuple[int, int]]:
     return {(x.at, c) for found in crossovers(won).values() for x in found for c in (x.below, x.above)}
 
 
-def heatmap(won: pd.DataFrame, title: tuple[str, ...] = ("offload / engine_only", "TTFT p50, median over rounds")):
+def heatmap(won: pd.DataFrame, title: tuple[str, ...] | None = None):
     """The grid as a heatmap of the ratio (below 1: offload faster), each cell labelled with its winner, and the
     two measured cells that bracket each crossover outlined."""
     import altair as alt
+    if title is None:
+        by_request = "statistic" in won.columns and (won["statistic"] == PAIRED_WORDS).all() and len(won)
+        title = ("offload / engine_only", f"{PAIRED_WORDS if by_request else 'TTFT p50'}, median over rounds")
     brackets = bracket_cells(won)
-    shown = won.assign(label=won["ratio"].map(lambda r: f"{r:.2f}") + "\n" + won["winner"],
+    differ = won["outputs"].str.contains("differ") if "outputs" in won.columns else pd.Series(False, index=won.index)
+    shown = won.assign(label=won["ratio"].map(lambda r: f"{r:.2f}") + "\n" + won["winner"] + differ.map(
+                           {True: " †", False: ""}),
                        crossover=[(ctx, c) in brackets for ctx, c in zip(won["context_tokens"], won["concurrency"])])
     base = alt.Chart(shown).encode(
         x=alt.X("concurrency:O", title="concurrency", axis=alt.Axis(labelAngle=0)),
@@ -251,18 +369,28 @@ def heatmap(won: pd.DataFrame, title: tuple[str, ...] = ("offload / engine_only"
     outline = base.transform_filter(alt.datum.crossover).mark_rect(fill=None, stroke="black", strokeWidth=3)
     text = base.mark_text(fontSize=12, lineBreak="\n").encode(text="label:N")
     return (cells + outline + text).properties(  # the title on lines of its own: a small grid is narrow
-        title=alt.TitleParams(list(title), subtitle="outlined: the measured cells that bracket a crossover"),
+        title=alt.TitleParams(list(title), subtitle="outlined: the measured cells that bracket a crossover"
+                              + ("; †: greedy outputs differ, not valid until explained" if differ.any() else "")),
         width=90 * max(1, won["concurrency"].nunique()), height=60 * max(1, won["context_tokens"].nunique()))
 
 
 def write_evidence(measured: Measured, out_dir: str | os.PathLike, slas: list[tuple[str, float]],
-                   png_scale: float = 2.0) -> list[Path]:
-    """The page's tables (CSV) and heatmap (PNG + SVG) into `out_dir`; the paths written."""
+                   png_scale: float = 2.0, statements: list[dict] | None = None) -> list[Path]:
+    """The page's tables (CSV) and heatmap (PNG + SVG) into `out_dir`, with document 000's statement verdicts
+    (kvtier.audit.shapes records) when given; the paths written."""
     from ..core.table_io import write_table
     from .charts import save_chart
     out_dir = Path(out_dir)
     frames = {"B_cells.csv": cell_medians(measured.grid), "B_winners.csv": measured.won,
               "B_sla.csv": sla_regions(measured.grid, slas),
-              "B_attribution.csv": attribution_medians(measured.attribution)}
+              "B_attribution.csv": attribution_medians(measured.attribution),
+              "B_crossovers.csv": crossover_table(measured.won),
+              "B_correctness.csv": measured.correctness.assign(
+                  differ=measured.correctness["compared"] - measured.correctness["identical"])}
+    if statements is not None:
+        frames["B_statements.csv"] = pd.DataFrame(
+            [{"id": r["id"], "check": r["check"], "metric": r["metric"], "verdict": r["verdict"],
+              "reasons": " | ".join(r["reasons"])} for r in statements],
+            columns=["id", "check", "metric", "verdict", "reasons"])
     written = [write_table(frame, out_dir / name) for name, frame in frames.items()]
     return written + save_chart(heatmap(measured.won), out_dir / "B_chart", png_scale=png_scale)

@@ -54,13 +54,18 @@ def boundary_markdown(conditions: dict) -> str:
     reported = ", ".join(f"{scheme} {tokens:,}" for scheme, tokens in sorted(c.get("engine_kv_tokens_reported",
                                                                                      {}).items()))
     vllm = (c.get("servers") or {}).get("engine_only", {}).get("vllm") or []
+    turns = c.get("turns_per_cell") or {}
+    more = sorted({cell: n for cell, n in turns.items() if n != w["turns"]}.items())
+    sequential = c.get("sequential")
 
     def flag(name: str) -> str | None:
         return vllm[vllm.index(name) + 1] if name in vllm else None
 
     lines = [
         f"- **Workload**: multi-turn conversations, {', '.join(map(str, per_cell))} per cell (a fixed number per "
-        f"slot of concurrency); contexts {', '.join(map(str, w['contexts']))} tokens; {w['turns']} turns, each "
+        f"slot of concurrency); contexts {', '.join(map(str, w['contexts']))} tokens; {w['turns']} turns"
+        + (f" ({', '.join(f'{n} at {cell}' for cell, n in more)}, so that each window serves enough measured "
+           "requests)" if more else "") + ", each "
         f"appending {w['followup_tokens']} follow-up tokens and asking {w['output_tokens']}; {w['reuse']:.0%} of "
         f"the later turns return to their conversation (round-robin); concurrency "
         f"{', '.join(map(str, w['concurrency']))}, closed loop",
@@ -69,9 +74,12 @@ def boundary_markdown(conditions: dict) -> str:
         model_line(p, flag("--served-model-name"), flag("--max-model-len")),
         *platform_lines(p, {"offload pool (LMCache L2)": p["storage"]["local_disk"]} if p.get("storage") else {},
                         None),
-        f"- **Rounds**: {len(c.get('rounds', []))}; every cell in every round, the grid's order reversed every "
-        "other round, the scheme that goes first alternating from cell to cell and round to round; both schemes' "
-        "caches emptied between cells, never inside one",
+        (f"- **Rounds**: {sequential['rounds']} of every cell, then one more at a time for each cell still "
+         f"undecided, up to {sequential['max_rounds']} rounds or {sequential['cell_budget_s'] or 'no limit of'} s "
+         "a cell (sequential: below)" if sequential and sequential["max_rounds"] > sequential["rounds"] else
+         f"- **Rounds**: {len(c.get('rounds', []))}; every cell in every round")
+        + "; the grid's order reversed every other round, the scheme that goes first alternating from cell to "
+        "cell and round to round; both schemes' caches emptied between cells, never inside one",
         quiet_line(c.get("quiet"), "cells"),
     ]
     return "\n".join(lines)

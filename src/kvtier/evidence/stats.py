@@ -6,13 +6,13 @@ round first (what drifted during that round hits both sides) and then summarised
 
 - the point estimate is the median of the per-round values;
 - the interval is a percentile bootstrap of that median (seeded, so a rerun prints the same bounds) when there
-  are at least `BOOTSTRAP_MIN_ROUNDS` rounds;
+  are at least `BOOTSTRAP_MIN_ROUNDS` rounds (scipy.stats.bootstrap);
 - below that the bootstrap of a median is unreliable. The min–max of k rounds holds the true median with
   probability 1 - 2^(1-k) whatever the distribution, so it is the interval once that reaches the confidence
   (k ≥ 6 for 95 %). With fewer rounds no distribution-free interval reaches 95 % (three rounds' min–max: 75 %, so
   a true null would read faster or slower one time in four); the interval is then Student's t on the logarithm
   of the samples — round-to-round noise taken as log-normal, the usual model for times and ratios — which is
-  wide when the rounds disagree, as it should be. The method is always named with the interval;
+  wide when the rounds disagree, as it should be (scipy.stats.t). The method is always named with the interval;
 - one round gives no interval at all, and no verdict.
 
 Words: a ratio whose interval lies wholly above 1 is *faster* (or higher), wholly below 1 *slower*, and one that
@@ -23,10 +23,12 @@ interval lies wholly on the wrong side, and UNDECIDED otherwise; the point estim
 from __future__ import annotations
 
 import math
-import random
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 from statistics import median
 from typing import Iterable
+
+from scipy import stats as scipy_stats
 
 CONFIDENCE = 0.95
 BOOTSTRAP_MIN_ROUNDS = 8
@@ -88,11 +90,7 @@ def estimate(samples: Iterable[float], confidence: float = CONFIDENCE, seed: int
                         f"min–max of {k} {unit}, holds the median with p ≥ {100 * min_max_coverage(k):.1f} %")
     if k < bootstrap_min_rounds:
         return _student(values, point, confidence, unit, log)
-    rng = random.Random(seed)
-    medians = sorted(median(rng.choices(values, k=k)) for _ in range(resamples))
-    tail = (1 - confidence) / 2
-    low = medians[int(math.floor(tail * (resamples - 1)))]
-    high = medians[int(math.ceil((1 - tail) * (resamples - 1)))]
+    low, high = _bootstrap_median(values, confidence, seed, resamples)
     return Estimate(point, low, high, k, f"bootstrap {100 * confidence:g} % of the median of {k} {unit}")
 
 
@@ -111,32 +109,19 @@ def _student(values: list[float], point: float, confidence: float, unit: str, lo
                     f"Student's t {100 * confidence:g} % on the {scale}mean of {k} {unit} (too few for min–max)")
 
 
-def _t_central(t: float, df: int) -> float:
-    """P(|T| < t) for Student's t with integer `df` (Abramowitz & Stegun 26.7.3-4, closed form)."""
-    theta = math.atan(t / math.sqrt(df))
-    c2, s = math.cos(theta) ** 2, math.sin(theta)
-    if df % 2:  # odd: 2/pi * (theta + sin cos (1 + 2/3 cos^2 + 2*4/(3*5) cos^4 + ...))
-        term, total = 1.0, 1.0 if df > 1 else 0.0
-        for j in range(1, (df - 1) // 2):
-            term *= c2 * (2 * j) / (2 * j + 1)
-            total += term
-        return 2 / math.pi * (theta + (s * math.cos(theta) * total if df > 1 else 0.0))
-    term, total = 1.0, 1.0  # even: sin (1 + 1/2 cos^2 + 1*3/(2*4) cos^4 + ...)
-    for j in range(1, df // 2):
-        term *= c2 * (2 * j - 1) / (2 * j)
-        total += term
-    return s * total
+@lru_cache(maxsize=256)
+def student_quantile(confidence: float, df: float) -> float:
+    """The t such that P(|T| < t) = confidence (two-sided), for Student's t with `df` degrees of freedom."""
+    return float(scipy_stats.t.ppf((1 + confidence) / 2, df))
 
 
-def student_quantile(confidence: float, df: int) -> float:
-    """The t such that P(|T| < t) = confidence (two-sided), by bisection: no scipy in the stack."""
-    low, high = 0.0, 1.0
-    while _t_central(high, df) < confidence:
-        high *= 2
-    for _ in range(100):
-        mid = (low + high) / 2
-        low, high = (mid, high) if _t_central(mid, df) < confidence else (low, mid)
-    return (low + high) / 2
+def _bootstrap_median(values: list[float], confidence: float, seed: int, resamples: int) -> tuple[float, float]:
+    """A seeded percentile bootstrap of the median (scipy.stats.bootstrap), so a rerun prints the same bounds."""
+    import numpy as np
+    result = scipy_stats.bootstrap((np.asarray(values),), np.median, confidence_level=confidence,
+                                   n_resamples=resamples, method="percentile", vectorized=True,
+                                   random_state=np.random.default_rng(seed))
+    return float(result.confidence_interval.low), float(result.confidence_interval.high)
 
 
 def _present(value) -> bool:

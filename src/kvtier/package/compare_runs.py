@@ -7,8 +7,10 @@ against the device limit, a cell's winner, a gate's line) is matched by its key 
 - `same`: the same word;
 - `decided vs undecided`: one side decided (faster, MET, PASS, ...) and the other did not (no difference
   measured, UNDECIDED, a tie, one round);
-- `opposite`: decided both times, in opposite directions (faster against slower, MET against NOT MET);
-- `other`: two different words that are neither (e.g. a tie against "one round: not decided");
+- `opposite`: decided both times, in opposite directions (faster against slower, MET against NOT MET, AGREES
+  against CONTRADICTS, a crossover from engine_only to offload against one the other way);
+- `other`: two different words that are neither (e.g. a tie against "one round: not decided", or a crossover
+  bracketed between other measured cells);
 - `only in A` / `only in B`: a row one folder has and the other lacks (another grid, another config).
 
 Where a word comes from is the table's own (kvtier.evidence.stats, kvtier.evidence.boundary, kvtier.gates): this
@@ -39,7 +41,22 @@ DIRECTION = {
     stats.MET: 1, stats.NOT_MET: -1, "PASS": 1, "FAIL": -1,
     "offload": 1, "engine_only": -1,  # B's winners
     stats.NO_DIFFERENCE: 0, stats.UNDECIDED: 0, stats.ONE_ROUND: 0, "tie": 0,
+    "AGREES": 1, "CONTRADICTS": -1, "NOT SHOWN": 0, "MIXED": 0,  # document 000's statements (kvtier.audit.shapes)
+    "none": 0,  # a line of B's grid with no crossover
 }
+BRACKET = re.compile(r"^(?P<before>\w+) → (?P<after>\w+) between \d+ and \d+$")  # B_crossovers.csv
+
+
+def direction(word: str) -> int | None:
+    """A word's direction (DIRECTION), or a crossover's: +1 when every bracket of the line runs from engine_only
+    to offload as the axis rises, -1 when every one runs the other way, 0 when they mix; None: no direction."""
+    if word in DIRECTION:
+        return DIRECTION[word]
+    brackets = [BRACKET.match(part.strip()) for part in word.split(";")]
+    if not all(brackets):
+        return None
+    ways = {1 if m["before"] == "engine_only" else -1 for m in brackets}
+    return ways.pop() if len(ways) == 1 else 0
 
 
 @dataclass(frozen=True)
@@ -60,6 +77,8 @@ TABLES = (
     Table("R3/R3_vs_recompute.csv", _TIER_ROW, _TIER_WORDS),
     Table("R3/R3_vs_same_instance.csv", _TIER_ROW, _TIER_WORDS),
     Table("B/B_winners.csv", ("context_tokens", "concurrency"), ("winner",)),
+    Table("B/B_crossovers.csv", ("along", "at"), ("crossover",)),
+    Table("B/B_statements.csv", ("id",), ("verdict",)),
     Table("B/B_sla.csv", ("metric", "sla_s", "scheme", "context_tokens", "concurrency"), ("verdict",)),
     Table("R9/R9_comparisons.csv", ("comparison", "reading"), ("word",)),
     # G1's lines check the platform record against a bill, not a measurement: left out (R6 shows them).
@@ -85,7 +104,7 @@ def mark(a: str | None, b: str | None) -> str:
         return ONLY_A
     if a == b:
         return SAME
-    da, db = DIRECTION.get(a), DIRECTION.get(b)
+    da, db = direction(a), direction(b)
     if da is None or db is None:
         return OTHER
     if da and db:
