@@ -113,7 +113,7 @@ for row in measured.won.itertuples():
     if row.requests_per_round:
         line += f", {row.requests_per_round} measured requests a round per scheme"
     if row.outlier_rounds:
-        line += f"; outlier round(s) {row.outlier_rounds}, without: {row.without_outliers}"
+        line += f"; outlier {row.outlier_rounds} (Hampel), without: {row.without_outliers}"
     if row.to_decide:
         line += f"; {row.to_decide}"
     print(line)

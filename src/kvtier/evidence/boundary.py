@@ -115,7 +115,9 @@ def winners(grid: pd.DataFrame, candidate: str = OFFLOAD, baseline: str = ENGINE
                      "ratio_low": ratio.low, "ratio_high": ratio.high, "rounds": ratio.rounds,
                      "interval": ratio.method, "winner": winner, "stop": stop,
                      "statistic": PAIRED_WORDS if by_request else f"{metric} ratio of the schemes",
-                     "outlier_rounds": " ".join(str(int(paired[i])) for i in verdict.outliers),
+                     "outlier_rounds": (f"round{'s' * (len(verdict.outliers) > 1)} "
+                                        + ", ".join(str(int(paired[i])) for i in verdict.outliers)
+                                        if verdict.outliers else ""),
                      "without_outliers": (f"{verdict.without.point:.3g} [{verdict.without.low:.3g}, "
                                           f"{verdict.without.high:.3g}]" if verdict.without else ""),
                      "to_decide": sequential.what_would_decide(verdict) if ratio.rounds > 1 else "",
