@@ -103,7 +103,8 @@ def winners(grid: pd.DataFrame, candidate: str = OFFLOAD, baseline: str = ENGINE
         if by_request:  # request by request: the same conversations, turns and order on both sides of a round
             paired = sorted(by_request)
             samples = [by_request[r] for r in paired]
-        verdict = _judge(samples, plan)
+        fits = plan is not None and plan.min_rounds <= len(samples) <= plan.max_rounds
+        verdict = sequential.judge(samples, 1.0, plan if fits else None)
         ratio = verdict.figure
         below, above = (candidate, baseline) if lower else (baseline, candidate)
         winner = below if verdict.side < 0 else above if verdict.side > 0 else TIE
@@ -126,33 +127,14 @@ def winners(grid: pd.DataFrame, candidate: str = OFFLOAD, baseline: str = ENGINE
     return pd.DataFrame(rows, columns=WINNER_COLUMNS)
 
 
-def _judge(samples: list[float], plan: sequential.Plan | None) -> sequential.Judgement:
-    """A cell's ratio judged against 1: sequentially under a plan; under fixed rounds by kvtier.evidence.stats,
-    with the same outlier rule."""
-    if plan is not None and plan.min_rounds <= len(samples) <= plan.max_rounds:
-        return sequential.judge(samples, 1.0, plan)
-    figure = stats.estimate(samples)
-    found = tuple(sequential.outliers(samples)) if all(v > 0 for v in samples) else ()
-    kept = [v for i, v in enumerate(samples) if i not in found]
-    without = stats.estimate(kept) if found and len(kept) >= 2 else None
-    side = sequential.side(figure, 1.0) if figure.rounds > 1 else 0
-    if side and found and (without is None or sequential.side(without, 1.0) != side):
-        side = 0
-    more = None
-    if not side and len(samples) >= 2 and all(v > 0 for v in samples):
-        more = sequential.rounds_to_decide(samples, 1.0, sequential.Plan(len(samples), len(samples)))
-    return sequential.Judgement(figure, side, found, without, more)
-
-
 def undecided_cells(grid: pd.DataFrame, plan: sequential.Plan) -> set[tuple[int, int]]:
     """(context, concurrency) of the cells whose winner is still a tie under `plan` (what a sequential boundary run
     measures again), and of those with fewer rounds than the plan's minimum."""
-    if grid.empty or grid["ttft_p50_s"].isna().all():
-        return {(int(x), int(c)) for x, c in grid[["context_tokens", "concurrency"]].drop_duplicates()
-                .itertuples(index=False)}
-    won = winners(grid, plan=plan)
     every = {(int(x), int(c)) for x, c in grid[["context_tokens", "concurrency"]].drop_duplicates()
              .itertuples(index=False)}
+    if grid.empty or grid["ttft_p50_s"].isna().all():
+        return every
+    won = winners(grid, plan=plan)
     decided = {(int(x), int(c)) for x, c, w in zip(won["context_tokens"], won["concurrency"], won["winner"])
                if w != TIE}
     return every - decided
@@ -233,11 +215,14 @@ def crossover_table(won: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["along", "at", "crossover", "why"])
 
 
+def with_differ(correctness: pd.DataFrame) -> pd.DataFrame:
+    """B_correctness with `differ`: per cell and round, how many greedy outputs of offload were not engine_only's."""
+    return correctness.assign(differ=(correctness["compared"] - correctness["identical"]).astype(int))
+
+
 def mismatches(correctness: pd.DataFrame) -> pd.DataFrame:
     """The rounds of the cells where offload's greedy outputs differed from engine_only's, request by request."""
-    if correctness.empty:
-        return correctness.assign(differ=pd.Series(dtype=int))
-    found = correctness.assign(differ=correctness["compared"] - correctness["identical"])
+    found = with_differ(correctness)
     return found[found["differ"] > 0].reset_index(drop=True)
 
 
@@ -387,8 +372,7 @@ def write_evidence(measured: Measured, out_dir: str | os.PathLike, slas: list[tu
               "B_sla.csv": sla_regions(measured.grid, slas),
               "B_attribution.csv": attribution_medians(measured.attribution),
               "B_crossovers.csv": crossover_table(measured.won),
-              "B_correctness.csv": measured.correctness.assign(
-                  differ=measured.correctness["compared"] - measured.correctness["identical"])}
+              "B_correctness.csv": with_differ(measured.correctness)}
     if statements is not None:
         frames["B_statements.csv"] = pd.DataFrame(
             [{"id": r["id"], "check": r["check"], "metric": r["metric"], "verdict": r["verdict"],

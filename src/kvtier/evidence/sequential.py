@@ -26,7 +26,7 @@ clears the threshold on the same side too. Both intervals are kept and shown; no
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from statistics import median
 
 from . import stats
@@ -78,24 +78,18 @@ class Plan:
 
 def interval(samples: list[float], plan: Plan, look: int | None = None) -> stats.Estimate:
     """The interval of the look after `look` rounds (len(samples) by default): Student's t on the log mean of the
-    samples at that look's level, widened if need be to hold the median printed beside it."""
+    samples at that look's level (kvtier.evidence.stats), widened if need be to hold the median beside it."""
     values = [float(v) for v in samples]
     k = len(values)
-    look = k if look is None else look
     if any(v <= 0 or math.isnan(v) for v in values):
         raise ValueError(f"sequential interval of {values}: needs positive values (times, ratios)")
     point = median(values)
     if k < 2:
         return stats.Estimate(point, point, point, k, "one round: no interval")
-    level = 1 - plan.look_alpha(look)
-    logs = [math.log(v) for v in values]
-    centre = sum(logs) / k
-    spread = math.sqrt(sum((x - centre) ** 2 for x in logs) / (k - 1))
-    half = stats.student_quantile(level, k - 1) * spread / math.sqrt(k)
-    low, high = math.exp(centre - half), math.exp(centre + half)
-    return stats.Estimate(point, min(low, point), max(high, point), k,
-                          f"sequential Student's t on the log mean of {k} rounds, this look at "
-                          f"{100 * level:.2f} % ({plan.text()})")
+    level = 1 - plan.look_alpha(k if look is None else look)
+    figure = stats._student(values, point, level, "rounds", log=True)
+    return replace(figure, method=f"sequential Student's t on the log mean of {k} rounds, this look at "
+                                  f"{100 * level:.2f} % ({plan.text()})")
 
 
 def outliers(samples: list[float]) -> list[int]:
@@ -129,17 +123,23 @@ class Judgement:
         return self.side != 0
 
 
-def judge(samples: list[float], threshold: float, plan: Plan) -> Judgement:
+def judge(samples: list[float], threshold: float, plan: Plan | None) -> Judgement:
     """The comparison's interval at this look and whether it is decided against `threshold` (both with and
-    without any outlier round), or about how many more rounds it would take."""
-    figure = interval(samples, plan)
-    found = tuple(outliers(samples))
+    without any outlier round), or about how many more rounds it would take. `plan` None: fixed rounds, the
+    interval of kvtier.evidence.stats (with the same outlier rule)."""
+    figure_of = (lambda values: interval(values, plan, look=len(samples))) if plan else stats.estimate
+    figure = figure_of(samples)
+    positive = all(v > 0 for v in samples)
+    found = tuple(outliers(samples)) if positive else ()
     kept = [v for i, v in enumerate(samples) if i not in found]
-    without = interval(kept, plan, look=len(samples)) if found and len(kept) >= 2 else None
-    decided = side(figure, threshold)
+    without = figure_of(kept) if found and len(kept) >= 2 else None
+    decided = side(figure, threshold) if figure.rounds > 1 else 0
     if decided and found and (without is None or side(without, threshold) != decided):
         decided = 0
-    return Judgement(figure, decided, found, without, None if decided else rounds_to_decide(samples, threshold, plan))
+    more = None
+    if not decided and len(samples) >= 2 and positive:
+        more = rounds_to_decide(samples, threshold, plan or Plan(len(samples), len(samples)))
+    return Judgement(figure, decided, found, without, more)
 
 
 def rounds_to_decide(samples: list[float], threshold: float, plan: Plan) -> int | None:
@@ -149,9 +149,7 @@ def rounds_to_decide(samples: list[float], threshold: float, plan: Plan) -> int 
     k = len(samples)
     if k < 2:
         return None
-    logs = [math.log(v) for v in samples]
-    centre = sum(logs) / k
-    spread = math.sqrt(sum((x - centre) ** 2 for x in logs) / (k - 1))
+    centre, spread = stats.mean_and_sd([math.log(v) for v in samples])
     gap = abs(centre - math.log(threshold))
     if gap == 0:
         return None

@@ -94,14 +94,18 @@ def estimate(samples: Iterable[float], confidence: float = CONFIDENCE, seed: int
     return Estimate(point, low, high, k, f"bootstrap {100 * confidence:g} % of the median of {k} {unit}")
 
 
+def mean_and_sd(xs: list[float]) -> tuple[float, float]:
+    """The mean and the sample standard deviation (k - 1) of at least two values."""
+    centre = sum(xs) / len(xs)
+    return centre, math.sqrt(sum((x - centre) ** 2 for x in xs) / (len(xs) - 1))
+
+
 def _student(values: list[float], point: float, confidence: float, unit: str, log: bool) -> Estimate:
     """Student's t interval of the mean log (the geometric mean) when asked and every sample is positive, else of
     the mean; widened, if need be, to hold the median printed beside it."""
     k = len(values)
     logs = log and all(v > 0 for v in values)
-    xs = [math.log(v) for v in values] if logs else values
-    centre = sum(xs) / k
-    spread = math.sqrt(sum((x - centre) ** 2 for x in xs) / (k - 1))
+    centre, spread = mean_and_sd([math.log(v) for v in values] if logs else values)
     half = student_quantile(confidence, k - 1) * spread / math.sqrt(k)
     low, high = (math.exp(centre - half), math.exp(centre + half)) if logs else (centre - half, centre + half)
     scale = "log " if logs else ""
