@@ -96,7 +96,8 @@ print(boundary.crossover_text(measured.won, along="context_tokens"))
 display(SVG(charts.to_svg(boundary.heatmap(measured.won))))
 
 # %%
-display(measured.won.drop(columns=["interval"]).style.hide(axis="index").format(precision=3))
+# The statistic and the interval's method are the same on every row: said once, below the table.
+display(measured.won.drop(columns=["interval", "statistic"]).style.hide(axis="index").format(precision=3))
 
 # %% [markdown]
 # ## How each cell's answer was reached
@@ -118,7 +119,8 @@ for row in measured.won.itertuples():
         line += f"; {row.to_decide}"
     print(line)
 print()
-print("interval:", measured.won["interval"].iloc[0] if len(measured.won) else "none")
+for name in ("statistic", "interval"):
+    print(f"{name}:", "; ".join(measured.won[name].unique()) if len(measured.won) else "none")
 
 # %% [markdown]
 # ## Why a cell went one way: where each scheme's prompt tokens came from

@@ -339,7 +339,8 @@ def heatmap(won: pd.DataFrame, title: tuple[str, ...] | None = None):
     import altair as alt
     if title is None:
         by_request = "statistic" in won.columns and (won["statistic"] == PAIRED_WORDS).all() and len(won)
-        title = ("offload / engine_only", f"{PAIRED_WORDS if by_request else 'TTFT p50'}, median over rounds")
+        title = ("offload / engine_only", *(("per-request TTFT ratios:", "median, then over rounds") if by_request
+                                            else ("TTFT p50, median over rounds",)))
     brackets = bracket_cells(won)
     differ = won["outputs"].str.contains("differ") if "outputs" in won.columns else pd.Series(False, index=won.index)
     shown = won.assign(label=won["ratio"].map(lambda r: f"{r:.2f}") + "\n" + won["winner"] + differ.map(
