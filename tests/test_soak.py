@@ -3,6 +3,7 @@
 and a soak stopped with Ctrl-C and resumed, with exactly one record per planned request. Nothing may be left
 behind: no process, no mount, no shared-memory segment."""
 
+import functools
 import json
 import os
 import signal
@@ -96,10 +97,9 @@ def test_nothing_of_the_soak_is_left_behind(built):
 SOAK_S = 24.0  # long enough to be stopped part way (after a dozen requests) and resumed; each start is ~30 s
 
 
-def soak_command(built: Path, run_dir: Path, *extra: str) -> list[str]:
-    servers = {"model_dir": "models/kvtier-model", "max_model_len": 1536, "engine_kv_tokens": 4096,
-               "lmcache_l1_gb": 0.02, "lmcache_build": "build/lmcache/patched",
-               "shared_pool_path": str(run_dir.parent / "pool")}
+def soak_command(model: Path, build: Path, run_dir: Path, *extra: str) -> list[str]:
+    servers = {"model_dir": str(model), "served_name": "tiny", "max_model_len": 1536, "engine_kv_tokens": 4096,
+               "lmcache_l1_gb": 0.02, "lmcache_build": str(build), "shared_pool_path": str(run_dir.parent / "pool")}
     settings = {"servers": servers, "duration": f"{SOAK_S:g}s", "window_s": 10, "sample_s": 2, "pool_quota_gb": 0.02,
                 "faults": [], "workload": {"rate_per_s": 2.0, "slots": 4, "context_tokens": 512,
                                            "followup_tokens": 8, "output_tokens": 4, "turns": 3}}
@@ -107,11 +107,14 @@ def soak_command(built: Path, run_dir: Path, *extra: str) -> list[str]:
             *extra]
 
 
-def test_a_soak_stopped_with_ctrl_c_resumes_where_it_stopped_with_one_record_per_request(built, tmp_path):
+def test_a_soak_stopped_with_ctrl_c_resumes_where_it_stopped_with_one_record_per_request(tiny_model, lmcache_builds,
+                                                                                         tmp_path):
+    """On the session's model and patched build: it needs no run of the pipeline."""
     from kvtier.runs.soak_workload import SoakWorkload, stream
 
     run_dir = tmp_path / "soak"
-    proc = subprocess.Popen(soak_command(built, run_dir), cwd=built, env=tool_env(), stdout=subprocess.PIPE,
+    command = functools.partial(soak_command, tiny_model, lmcache_builds["patched"][0], run_dir)
+    proc = subprocess.Popen(command(), cwd=tmp_path, env=tool_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     deadline = time.monotonic() + 300
     while not ((run_dir / "requests.jsonl").is_file() and len((run_dir / "requests.jsonl").read_text().splitlines()) > 12):
@@ -123,9 +126,9 @@ def test_a_soak_stopped_with_ctrl_c_resumes_where_it_stopped_with_one_record_per
     assert proc.returncode == 130, out[-2000:]
     stopped = json.loads((run_dir / "run.json").read_text())
     assert stopped["status"] == "incomplete" and 0 < stopped["segments"][0]["soak_to_s"] < SOAK_S
-    assert processes_mentioning(str(run_dir)) == [] and processes_mentioning(str(built)) == []
+    assert processes_mentioning(str(tmp_path)) == []
 
-    done = subprocess.run(soak_command(built, run_dir, "--resume"), cwd=built, env=tool_env(), capture_output=True,
+    done = subprocess.run(command("--resume"), cwd=tmp_path, env=tool_env(), capture_output=True,
                           text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     record = json.loads((run_dir / "run.json").read_text())
@@ -136,8 +139,8 @@ def test_a_soak_stopped_with_ctrl_c_resumes_where_it_stopped_with_one_record_per
     soaked = [r["request_id"] for r in records if r["phase"] == "soak"]
     assert len(soaked) == len(set(soaked)), "a request was recorded twice"
     # Every request the soak planned (the same seeded stream) has its one record, across both segments.
-    planned = {item.request_id for item in stream(SoakWorkload(**json.loads(soak_command(built, run_dir)[-1])
-                                                                ["workload"]), list(range(100, 400)), SOAK_S)}
+    planned = {item.request_id for item in stream(SoakWorkload(**json.loads(command()[-1])["workload"]),
+                                                  list(range(100, 400)), SOAK_S)}
     assert set(soaked) == planned
     assert {r["segment"] for r in records if r["phase"] == "soak"} == {1, 2}
-    assert processes_mentioning(str(built)) == []
+    assert processes_mentioning(str(tmp_path)) == []

@@ -28,7 +28,7 @@ rule render_audit:
         ),
     resources:
         **SMALL_JOB,
-        measurement=1,
+        measurement=RENDER_SLOT,
     log:
         "logs/render_audit.log",
     conda:

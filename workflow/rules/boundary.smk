@@ -92,7 +92,7 @@ rule render_B:
         ),
     resources:
         **SMALL_JOB,
-        measurement=1,
+        measurement=RENDER_SLOT,
     log:
         "logs/render_B.log",
     conda:

@@ -44,6 +44,9 @@ MEASURE = config["measure"]
 _NO_MEASURE = "" if MEASURE else "export KVTIER_NO_MEASURE=1; "
 shell.prefix(f'set -euo pipefail; export PATH={shlex.quote(os.path.dirname(sys.executable))}:"$PATH"; {_NO_MEASURE}')
 built = lambda paths: list(paths) if MEASURE else []
+# A render burns CPU, so while the pipeline measures it holds the one `measurement` slot like a measurement does
+# (profiles/default). A replay measures nothing: its renders run side by side, as many as --cores allows.
+RENDER_SLOT = 1 if MEASURE else 0
 
 PUBLISHED = config["published_dir"]
 EVIDENCE = config["evidence_dir"]

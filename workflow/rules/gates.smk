@@ -195,7 +195,7 @@ rule render_gates:
         ),
     resources:
         **SMALL_JOB,
-        measurement=1,
+        measurement=RENDER_SLOT,
     log:
         "logs/render_gates.log",
     conda:
@@ -225,7 +225,7 @@ rule render_R6:
         ),
     resources:
         **SMALL_JOB,
-        measurement=1,
+        measurement=RENDER_SLOT,
     log:
         "logs/render_R6.log",
     conda:
@@ -255,7 +255,7 @@ rule render_R7:
         ),
     resources:
         **SMALL_JOB,
-        measurement=1,
+        measurement=RENDER_SLOT,
     log:
         "logs/render_R7.log",
     conda:

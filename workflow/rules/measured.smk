@@ -28,7 +28,7 @@ rule render_R2_local:
         ),
     resources:
         **SMALL_JOB,
-        measurement=1,
+        measurement=RENDER_SLOT,
     log:
         "logs/render_R2_local.log",
     conda:
@@ -64,7 +64,7 @@ rule render_R3:
         ),
     resources:
         **SMALL_JOB,
-        measurement=1,
+        measurement=RENDER_SLOT,
     log:
         "logs/render_R3.log",
     conda:
@@ -95,7 +95,7 @@ rule render_R4:
         ),
     resources:
         **SMALL_JOB,
-        measurement=1,
+        measurement=RENDER_SLOT,
     log:
         "logs/render_R4.log",
     conda:

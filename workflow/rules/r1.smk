@@ -77,7 +77,7 @@ rule render_R1:
         ),
     resources:
         **SMALL_JOB,
-        measurement=1,
+        measurement=RENDER_SLOT,
     log:
         "logs/render_R1.log",
     conda:

@@ -75,7 +75,7 @@ rule render_R9:
         ),
     resources:
         **SMALL_JOB,
-        measurement=1,
+        measurement=RENDER_SLOT,
     log:
         "logs/render_R9.log",
     conda:

@@ -28,7 +28,7 @@ rule render_R2:
         ),
     resources:
         **SMALL_JOB,
-        measurement=1,
+        measurement=RENDER_SLOT,
     log:
         "logs/render_R2.log",
     conda:

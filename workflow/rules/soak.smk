@@ -84,7 +84,7 @@ rule render_R5:
         ),
     resources:
         **SMALL_JOB,
-        measurement=1,
+        measurement=RENDER_SLOT,
     log:
         "logs/render_R5.log",
     conda:
