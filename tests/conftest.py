@@ -96,10 +96,22 @@ def project_copy(tmp_path: Path) -> Path:
 # The workflow tests run the default target with the small preset: every tier, fewer and shorter sessions.
 PRESET = ["--configfile", "config/presets/test.yaml"]
 SLURM_LOCAL = ROOT / "workflow" / "scripts" / "slurm_local.sh"
+SLURM_CONF = Path("/etc/slurm/slurm.conf")
+SLURM_LOCAL_MARK = "# written by kvtier workflow/scripts/slurm_local.sh"  # the first line of the one it writes
 
 
 def slurm_local(action: str) -> subprocess.CompletedProcess:
     return subprocess.run(["sh", str(SLURM_LOCAL), action], capture_output=True, text=True, timeout=900)
+
+
+def pytest_sessionstart(session):
+    # A configuration that slurm_local.sh wrote and left without its daemons (an older script's `down`, a killed
+    # run) makes every Snakemake start here wait ~10 s on `scontrol show config`; its `down` takes it away.
+    if os.geteuid() == 0 and SLURM_CONF.is_file() and SLURM_CONF.read_text().startswith(SLURM_LOCAL_MARK) \
+            and slurm_local("status").returncode != 0:
+        down = slurm_local("down")
+        print(f"conftest: {SLURM_CONF} left by slurm_local.sh with no controller: "
+              f"{'removed' if down.returncode == 0 else down.stderr.strip()[-300:]}")
 
 
 @pytest.fixture(scope="session")

@@ -33,7 +33,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import PRESET, copy_built, processes_mentioning, run, slurm_local, tool_env
+from conftest import PRESET, SLURM_CONF, copy_built, processes_mentioning, run, slurm_local, tool_env
 
 pytestmark = pytest.mark.workflow
 
@@ -221,5 +221,7 @@ def test_the_teardown_leaves_no_daemon(on_slurm):
     down = slurm_local("down")
     assert down.returncode == 0, down.stderr
     assert {name: live(name) for name in DAEMONS} == {name: [] for name in DAEMONS}
+    # Its configuration goes with the daemons: left behind, every Snakemake start waits ~10 s on scontrol.
+    assert not SLURM_CONF.exists(), SLURM_CONF.read_text()[:200]
     again = slurm_local("down")  # idempotent
     assert again.returncode == 0, again.stderr

@@ -6,7 +6,8 @@
 #   slurm_local.sh up       install slurm-wlm and munge if missing (apt-get), write the config, start munged,
 #                           slurmctld and slurmd, wait until the node is idle. Idempotent: on a running cluster
 #                           it only checks it.
-#   slurm_local.sh down     cancel every job, stop the daemons (and any job step left), leave no daemon behind.
+#   slurm_local.sh down     cancel every job, stop the daemons (and any job step left), leave no daemon behind,
+#                           and remove the configuration it wrote (see `down` for why).
 #   slurm_local.sh status   the daemons and `sinfo`; exits 1 when the cluster is not up.
 #
 # It writes /etc/slurm/slurm.conf only when none is there or the one there is its own (first line below): a real
@@ -159,7 +160,14 @@ down() {
     stop_all slurmstepd
     stop_all slurmctld
     stop_all munged
-    say "down: no slurmctld, slurmd, slurmstepd or munged left"
+    # Its own configuration goes too: with it left behind and no controller, every `scontrol show config`
+    # retries the connection for about 10 s, and the Slurm executor plugin asks that at every Snakemake start
+    # (its help text), local runs included. With no configuration scontrol fails at once. A real cluster's
+    # configuration is never touched.
+    if [ -f "$CONF" ] && [ "$(head -n 1 "$CONF")" = "$MARK" ]; then
+        rm -f "$CONF"
+    fi
+    say "down: no slurmctld, slurmd, slurmstepd or munged left; $CONF removed if it was this script's"
 }
 
 status() {
