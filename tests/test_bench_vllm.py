@@ -7,6 +7,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -161,3 +162,35 @@ def test_a_server_killed_mid_run_leaves_recorded_failures_and_no_process(tiny_mo
                                             "HTTPError", "MalformedStream", "Timeout"}
     left = {pid: open(f"/proc/{pid}/stat").read() + open(f"/proc/{pid}/cmdline").read() for pid in group_members(pgid)}
     assert not left, f"no process of the killed server may be left: {left}"
+
+
+def _engine_core_environ(server) -> bytes:
+    """The environment the server's engine core process was started with (/proc/PID/environ is fixed at exec)."""
+    children = Path(f"/proc/{server.process.pid}/task/{server.process.pid}/children").read_text().split()
+    # A spawned start has multiprocessing's resource tracker beside the engine core.
+    cores = [pid for pid in children if b"resource_tracker" not in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    assert len(cores) == 1, children
+    return Path(f"/proc/{cores[0]}/environ").read_bytes()
+
+
+def test_the_forked_engine_core_serves_what_vllms_own_spawned_start_serves(vllm_server, tiny_model, tmp_path):
+    # kvtier.stack.vllm_cpu_serve forks vLLM's engine core where vLLM's CPU platform spawns it (a second import of
+    # torch and vLLM, 8-10 s of each start). A spawned core was exec'd with the method vLLM set; a forked one keeps
+    # its parent's start-up environment. Greedy outputs must be the same token for token.
+    from kvtier.core import web
+    from kvtier.stack.vllm_server import SERVER_MODULE, VllmServer
+    assert vllm_server.command()[1:3] == ["-m", "kvtier.stack.vllm_cpu_serve"]
+    assert b"VLLM_WORKER_MULTIPROC_METHOD=spawn" not in _engine_core_environ(vllm_server)
+    stock = VllmServer(str(tiny_model), str(tmp_path / "stock.log"), served_name="tiny", max_model_len=8192,
+                       kv_cache_gib=1, vllm_command=[sys.executable, "-m", SERVER_MODULE])
+    prompts = [[100 + (7 * i + 3 * k) % 900 for i in range(300)] for k in range(3)]
+
+    def outputs(server) -> list[list[int]]:
+        return [web.post_json(f"{server.base_url}/v1/completions",
+                              {"model": "tiny", "prompt": p, "max_tokens": 16, "temperature": 0, "ignore_eos": True,
+                               "logprobs": 0}, timeout_s=120)["choices"][0]["logprobs"]["tokens"] for p in prompts]
+
+    with stock:
+        assert b"VLLM_WORKER_MULTIPROC_METHOD=spawn" in _engine_core_environ(stock)
+        spawned = outputs(stock)
+    assert outputs(vllm_server) == spawned

@@ -166,7 +166,7 @@ def test_vllm_is_launched_as_configured_for_a_cluster(monkeypatch):
     from kvtier.stack.vllm_server import VllmServer
     monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
     cpu = VllmServer("/m", "/tmp/log", port=1)
-    assert cpu.command()[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
+    assert cpu.command()[1:3] == ["-m", "kvtier.stack.vllm_cpu_serve"]
     assert "--tensor-parallel-size" not in cpu.command() and cpu.environment()["VLLM_CPU_KVCACHE_SPACE"] == "2"
     gpu = VllmServer("/m", "/tmp/log", port=1, platform="rocm", vllm_command=["vllm", "serve"],
                      tensor_parallel_size=8, dtype="auto", extra_args=["--max-num-seqs", "64"])

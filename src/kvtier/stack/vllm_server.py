@@ -11,8 +11,10 @@ from dataclasses import dataclass, field
 from ..core import web
 from ..core.errors import KvtierError
 from .process import ManagedProcess, free_port
+from .vllm_cpu_serve import SERVER_MODULE
 
 PLATFORMS = ("cpu", "cuda", "rocm", "npu")
+LAUNCH_MODULES = {"cpu": "kvtier.stack.vllm_cpu_serve"}  # the platforms that start vLLM through a module of ours
 
 
 @dataclass
@@ -51,8 +53,9 @@ class VllmServer(ManagedProcess):
         return f"http://127.0.0.1:{self.port}"
 
     def command(self) -> list[str]:
-        # The `vllm` console script fails under vllm-cpu (it asks package metadata for "vllm"): use the module.
-        launcher = list(self.vllm_command) or [sys.executable, "-m", "vllm.entrypoints.openai.api_server"]
+        # The `vllm` console script fails under vllm-cpu (it asks package metadata for "vllm"): use the module. On
+        # CPU, through kvtier.stack.vllm_cpu_serve: the same server, its engine core forked instead of spawned.
+        launcher = list(self.vllm_command) or [sys.executable, "-m", LAUNCH_MODULES.get(self.platform, SERVER_MODULE)]
         cmd = [*launcher, "--model", str(self.model_dir),
                "--served-model-name", self.served_name, "--host", "127.0.0.1", "--port", str(self.port),
                "--dtype", self.dtype, "--max-model-len", str(self.max_model_len),
