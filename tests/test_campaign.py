@@ -167,6 +167,9 @@ def test_vllm_is_launched_as_configured_for_a_cluster(monkeypatch):
     monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
     cpu = VllmServer("/m", "/tmp/log", port=1)
     assert cpu.command()[1:3] == ["-m", "kvtier.stack.vllm_cpu_serve"]
+    from kvtier.stack.vllm_cpu_serve import forks
+    assert forks(cpu.command()[3:])  # the engine core forked ...
+    assert not forks(VllmServer("/m", "/tmp/log", port=1, lmcache_port=2).command()[3:])  # ... not with LMCache
     assert "--tensor-parallel-size" not in cpu.command() and cpu.environment()["VLLM_CPU_KVCACHE_SPACE"] == "2"
     gpu = VllmServer("/m", "/tmp/log", port=1, platform="rocm", vllm_command=["vllm", "serve"],
                      tensor_parallel_size=8, dtype="auto", extra_args=["--max-num-seqs", "64"])

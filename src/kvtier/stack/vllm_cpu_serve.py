@@ -10,6 +10,11 @@ about 8-10 s of each start on 2 cores, serving nothing. Forked, it inherits them
 and 9.5-10 s forked here, the same greedy output).
 
 Where the multiprocess executor is in use (VLLM_ENABLE_V1_MULTIPROCESSING not 0), nothing is changed: vLLM spawns.
+Nor with a KV connector (--kv-transfer-config, LMCache): the connector's imports leave llvmlite (through numba) in
+the API server, and in a forked engine core vLLM's scan of every loaded module for Triton kernels to override
+(vllm/triton_utils/dispatcher.py, `_rebind_kernels`) reads `vars()` of llvmlite's library object, whose attribute
+lookup answers any name, and stops the engine ("'_lib_fn_wrapper' object has no attribute 'get'"). A spawned core
+runs that scan before it imports the connector.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import sys
 
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 METHOD_ENV = "VLLM_WORKER_MULTIPROC_METHOD"
+KV_CONNECTOR_ARG = "--kv-transfer-config"
 
 
 def fork_engine_core() -> None:
@@ -36,8 +42,14 @@ def fork_engine_core() -> None:
     cpu.CpuPlatform.check_and_update_config = classmethod(check_and_update_config)
 
 
+def forks(argv: list[str]) -> bool:
+    """Whether this start forks its engine core (see the module's doc): not with a KV connector."""
+    return not any(arg == KV_CONNECTOR_ARG or arg.startswith(KV_CONNECTOR_ARG + "=") for arg in argv)
+
+
 def main() -> None:
-    fork_engine_core()
+    if forks(sys.argv[1:]):
+        fork_engine_core()
     sys.argv[0] = SERVER_MODULE
     runpy.run_module(SERVER_MODULE, run_name="__main__", alter_sys=True)
 
