@@ -103,6 +103,9 @@ def test_the_restart_eviction_resumes_from_l2_with_the_same_outputs(tiny_model, 
     log = (tmp_path / "dram" / "server_logs" / "vllm.log").read_text()
     # One start for both tiers, and one more for the L2 eviction of local_disk's one window.
     assert log.count("Application startup complete.") == 2
+    # Each with its engine core forked, LMCache's connector loaded (kvtier.stack.vllm_cpu_serve).
+    from kvtier.stack.vllm_cpu_serve import FORK_NOTE
+    assert log.count(FORK_NOTE) == 2
     assert not (tmp_path / "run" / "server_logs").exists()
     outputs = _outputs(tmp_path / "run")
     assert outputs and outputs == _outputs(tmp_path / "dram"), "L1 and L2 resumed the same sessions to different outputs"

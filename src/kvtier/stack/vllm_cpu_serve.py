@@ -7,14 +7,16 @@ does not survive. kvtier runs the CPU engine with VLLM_ENABLE_V1_MULTIPROCESSING
 the model runs in the engine core itself, no worker process), so the one child is the engine core, started by the
 API server before any OpenMP region has run there. Spawned, that child imports torch and vLLM a second time:
 about 8-10 s of each start on 2 cores, serving nothing. Forked, it inherits them (a start took 17.5-22.5 s spawned
-and 9.5-10 s forked here, the same greedy output).
+and 9.5-10 s forked here, the same greedy output). Where the multiprocess executor is in use
+(VLLM_ENABLE_V1_MULTIPROCESSING not 0), nothing is changed: vLLM spawns.
 
-Where the multiprocess executor is in use (VLLM_ENABLE_V1_MULTIPROCESSING not 0), nothing is changed: vLLM spawns.
-Nor with a KV connector (--kv-transfer-config, LMCache): the connector's imports leave llvmlite (through numba) in
-the API server, and in a forked engine core vLLM's scan of every loaded module for Triton kernels to override
-(vllm/triton_utils/dispatcher.py, `_rebind_kernels`) reads `vars()` of llvmlite's library object, whose attribute
-lookup answers any name, and stops the engine ("'_lib_fn_wrapper' object has no attribute 'get'"). A spawned core
-runs that scan before it imports the connector.
+One more change makes a forked core start with a KV connector (--kv-transfer-config, LMCache): the connector's
+imports leave llvmlite (through numba) in the API server's modules, which a forked core inherits, and vLLM's scan
+of every loaded module for Triton kernels to override (vllm/triton_utils/dispatcher.py, `_rebind_kernels`) calls
+`vars(value).get("kernel")` on each attribute that has a `__dict__`. llvmlite's library object answers every
+attribute name, `__dict__` included, with a function wrapper, so the scan stopped the engine ("'_lib_fn_wrapper'
+object has no attribute 'get'"). The scan's `vars` is given a version that treats a `__dict__` that is not a
+mapping as empty: such an object holds no kernel, and every other lookup is vLLM's own.
 """
 
 from __future__ import annotations
@@ -22,10 +24,11 @@ from __future__ import annotations
 import os
 import runpy
 import sys
+from collections.abc import Mapping
 
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 METHOD_ENV = "VLLM_WORKER_MULTIPROC_METHOD"
-KV_CONNECTOR_ARG = "--kv-transfer-config"
+FORK_NOTE = "kvtier.stack.vllm_cpu_serve: the engine core is forked, not spawned"  # once a start, in vLLM's log
 
 
 def fork_engine_core() -> None:
@@ -33,23 +36,35 @@ def fork_engine_core() -> None:
     from vllm.platforms import cpu
 
     update = cpu.CpuPlatform.check_and_update_config.__func__
+    noted: list[bool] = []
 
     def check_and_update_config(cls, vllm_config) -> None:
         update(cls, vllm_config)
         if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0":
             os.environ[METHOD_ENV] = "fork"
+            if not noted:  # vLLM checks the configuration more than once a start
+                noted.append(True)
+                print(FORK_NOTE, file=sys.stderr, flush=True)
 
     cpu.CpuPlatform.check_and_update_config = classmethod(check_and_update_config)
 
 
-def forks(argv: list[str]) -> bool:
-    """Whether this start forks its engine core (see the module's doc): not with a KV connector."""
-    return not any(arg == KV_CONNECTOR_ARG or arg.startswith(KV_CONNECTOR_ARG + "=") for arg in argv)
+def instance_dict(value: object) -> Mapping:
+    """`vars(value)`, or an empty mapping where the object's `__dict__` is not one (see the module's doc)."""
+    namespace = vars(value)
+    return namespace if isinstance(namespace, Mapping) else {}
+
+
+def scan_modules_safely() -> None:
+    """The kernel scan in vLLM's dispatcher module looks `vars` up in its globals before the builtins."""
+    from vllm.triton_utils import dispatcher
+
+    dispatcher.vars = instance_dict
 
 
 def main() -> None:
-    if forks(sys.argv[1:]):
-        fork_engine_core()
+    fork_engine_core()
+    scan_modules_safely()
     sys.argv[0] = SERVER_MODULE
     runpy.run_module(SERVER_MODULE, run_name="__main__", alter_sys=True)
 
