@@ -85,9 +85,10 @@ class VllmServer(ManagedProcess):
             env["VLLM_CPU_KVCACHE_SPACE"] = f"{self.kv_cache_gib:g}"
         if self.platform == "cpu":
             # The model runs in the engine core's own process, as vLLM runs one accelerator (its uniprocess
-            # executor), instead of a third spawned Python: each start imports vLLM twice, not three times (about
-            # 7 s less per start on 2 cores). vLLM's CPU platform forces its multiprocess executor unless this is 0;
-            # the worker still runs one OpenMP thread (vLLM reduces torch's threads to 1 for serving).
+            # executor), instead of a third spawned Python (about 7 s less per start on 2 cores); with the engine
+            # core forked (kvtier.stack.vllm_cpu_serve), each start imports vLLM once. vLLM's CPU platform forces
+            # its multiprocess executor unless this is 0; the worker still runs one OpenMP thread (vLLM reduces
+            # torch's threads to 1 for serving).
             env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         return {**env, **self.env}
 
