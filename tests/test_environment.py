@@ -140,3 +140,18 @@ def test_a_download_broken_off_mid_file_is_tried_again(monkeypatch):
     else:
         raise AssertionError("the last failure must reach the caller")
     assert len(calls) == 2
+
+
+def test_pips_package_sources_reach_uv(tmp_path):
+    """uv reads neither pip's configuration nor PIP_*: the bootstrap hands pip's sources over, leaving out a
+    file:// location that does not exist (pip ignores it, uv refuses it)."""
+    sys.path.insert(0, str(ROOT / "workflow" / "scripts"))
+    import bootstrap_env
+    (tmp_path / "simple").mkdir()
+    listed = (f"global.extra-index-url='file://{tmp_path}/simple file://{tmp_path}/gone https://mirror.test/simple'\n"
+              f"global.find-links='{tmp_path}'\n:env:.find-links='{tmp_path}'\n"
+              "global.cert='/etc/ssl/certs/ca.crt'\n:env:.default-timeout='180'\n")
+    options, env = bootstrap_env.uv_options(listed)
+    assert options == [f"--extra-index-url=file://{tmp_path}/simple", "--extra-index-url=https://mirror.test/simple",
+                       f"--find-links={tmp_path}"]
+    assert env == {"SSL_CERT_FILE": "/etc/ssl/certs/ca.crt", "UV_HTTP_TIMEOUT": "180"}
