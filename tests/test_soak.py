@@ -5,6 +5,7 @@ behind: no process, no mount, no shared-memory segment."""
 
 import functools
 import json
+import math
 import os
 import signal
 import subprocess
@@ -60,24 +61,26 @@ def test_every_fault_of_the_test_preset_fired_and_was_recovered_from(built):
     ids = [r["request_id"] for r in records]
     assert len(ids) == len(set(ids))
     summary = json.loads((run / "summary.json").read_text())
-    assert summary["requests"] == sum(r["phase"] == "soak" for r in records) > 100
+    config = record["config"]
+    due = config["workload"]["rate_per_s"] * config["duration_s"]  # Poisson arrivals: about this many
+    assert summary["requests"] == sum(r["phase"] == "soak" for r in records) > 0.7 * due, (summary, due)
 
 
 def test_g4_judges_the_soak_and_its_page_shows_the_faults(built):
     g4 = json.loads((built / "raw_data" / "runs" / "test" / "gates" / "G4.json").read_text())
-    names = [line["name"] for line in g4["lines"]]
-    for kind, at in (("kill_vllm", 10), ("corrupt_chunk", 45), ("pool_full", 55), ("kill_lmcache", 70)):
-        assert f"{kind} at {at} s" in names
+    config = json.loads((soak_dir(built) / "run.json").read_text())["config"]
+    line_of = {f["kind"]: f"{f['kind']} at {f['at_s']:g} s" for f in config["fault_list"]}  # the preset's schedule
     lines = {line["name"]: line for line in g4["lines"]}
-    for name in ("kill_vllm at 10 s", "kill_lmcache at 70 s", "corrupt_chunk at 45 s",
+    assert set(line_of.values()) <= set(lines), sorted(lines)
+    for name in (line_of["kill_vllm"], line_of["kill_lmcache"], line_of["corrupt_chunk"],
                  "failed requests outside faults"):
         assert lines[name]["verdict"] == "PASS", lines[name]
-    assert ".data" in lines["corrupt_chunk at 45 s"]["why"]  # the damaged chunk files, named
+    assert ".data" in lines[line_of["corrupt_chunk"]]["why"]  # the damaged chunk files, named
     page = (built / "evidence" / "R5" / "R5.html").read_text()
     assert "kill_lmcache" in page and "corrupt_chunk" in page and f"G4 {g4['verdict']}" in page
     assert "G4 stability soak" in (built / "evidence" / "gates" / "gates.html").read_text()
     windows = (built / "evidence" / "R5" / "R5_windows.csv").read_text().splitlines()
-    assert len(windows) == 1 + 7  # 130 s in windows of 20 s: six whole and one of 10 s
+    assert len(windows) == 1 + math.ceil(config["duration_s"] / config["window_s"])  # the last one may be short
 
 
 def test_nothing_of_the_soak_is_left_behind(built):
