@@ -155,3 +155,12 @@ def test_pips_package_sources_reach_uv(tmp_path):
     assert options == [f"--extra-index-url=file://{tmp_path}/simple", "--extra-index-url=https://mirror.test/simple",
                        f"--find-links={tmp_path}"]
     assert env == {"SSL_CERT_FILE": "/etc/ssl/certs/ca.crt", "UV_HTTP_TIMEOUT": "180"}
+
+
+def test_an_index_urls_credentials_stay_out_of_the_log(capsys, monkeypatch):
+    sys.path.insert(0, str(ROOT / "workflow" / "scripts"))
+    import bootstrap_env
+    monkeypatch.setattr(bootstrap_env.subprocess, "run", lambda *args, **kwargs: None)
+    bootstrap_env.run("uv", "pip", "install", "--extra-index-url=https://me:s3cret@mirror.test/simple", "x")
+    out = capsys.readouterr().out
+    assert "s3cret" not in out and "--extra-index-url=https://***@mirror.test/simple" in out, out

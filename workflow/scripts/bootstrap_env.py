@@ -15,6 +15,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 import tomllib
@@ -60,8 +61,14 @@ def is_current(env: Path, want: dict) -> bool:
         return False
 
 
+def shown(arg: str | os.PathLike) -> str:
+    """An argument as the log may show it: an index URL's user and password (pip's configuration may hold them,
+    and uv is given them on its command line) masked."""
+    return re.sub(r"://[^/@\s]+@", "://***@", str(arg))
+
+
 def run(*cmd: str | os.PathLike) -> None:
-    print("+", " ".join(map(str, cmd)), flush=True)
+    print("+", " ".join(map(shown, cmd)), flush=True)
     subprocess.run([str(c) for c in cmd], check=True)
 
 
