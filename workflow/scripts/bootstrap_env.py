@@ -114,26 +114,23 @@ def uv_options(listed: str) -> tuple[list[str], dict]:
     return list(dict.fromkeys(options)), env  # a setting seen in a file and in PIP_* once
 
 
-def install_lock(py: Path) -> None:
+def install_lock(py: Path, pip: tuple) -> None:
     """The lock, with uv where it can be had (its pin in the lock): uv downloads and installs the 300-odd wheels in
-    parallel, 40 s here against pip's 2 min one at a time. Otherwise pip."""
-    pip = (py, "-m", "pip", "--disable-pip-version-check")
-    version = locked_version("uv")
+    parallel, 62 s for a fresh environment here against pip's 140 s one at a time. Otherwise pip."""
     try:
-        run_retrying(*pip, "install", "--no-deps", "--no-compile", f"uv=={version}")
+        run_retrying(*pip, "install", "--no-deps", "--no-compile", f"uv=={locked_version('uv')}")
     except subprocess.CalledProcessError:
         print("bootstrap: uv could not be installed; pip installs the lock instead", file=sys.stderr, flush=True)
-    else:
-        options, env = pip_sources(py)
-        os.environ.update(env)
-        # unsafe-best-match: the best version across every index, as pip chooses (uv stops at the first index
-        # that has the package by default).
-        run_retrying(py.parent / "uv", "pip", "install", "--python", py, "--no-deps", "--index-strategy",
-                     "unsafe-best-match", *options, "--requirement", LOCK)
+        # --no-compile, then compile_all: pip byte-compiles the stack's 28,000 modules one at a time; compileall
+        # does them on every core (27 s on 2).
+        run_retrying(*pip, "install", "--no-deps", "--no-compile", "--requirement", LOCK)
         return
-    # --no-compile, then compile_all: pip byte-compiles the stack's 28,000 modules one at a time; compileall does
-    # them on every core (27 s on 2).
-    run_retrying(*pip, "install", "--no-deps", "--no-compile", "--requirement", LOCK)
+    options, env = pip_sources(py)
+    os.environ.update(env)
+    # unsafe-best-match: the best version across every index, as pip chooses (uv stops at the first index that
+    # has the package by default).
+    run_retrying(py.parent / "uv", "pip", "install", "--python", py, "--no-deps", "--index-strategy",
+                 "unsafe-best-match", *options, "--requirement", LOCK)
 
 
 def build(env: Path) -> None:
@@ -141,7 +138,7 @@ def build(env: Path) -> None:
         venv.EnvBuilder(with_pip=True, clear=env.exists()).create(env)
     py = venv_python(env)
     pip = (py, "-m", "pip", "--disable-pip-version-check")
-    install_lock(py)
+    install_lock(py, pip)
     present = subprocess.run([str(py), "-m", "pip", "list", "--format=freeze"], check=True,
                              capture_output=True, text=True).stdout.lower()
     stale = [name for name in INCOMPATIBLE if f"\n{name}==" in f"\n{present}"]
