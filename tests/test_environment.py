@@ -164,3 +164,19 @@ def test_an_index_urls_credentials_stay_out_of_the_log(capsys, monkeypatch):
     bootstrap_env.run("uv", "pip", "install", "--extra-index-url=https://me:s3cret@mirror.test/simple", "x")
     out = capsys.readouterr().out
     assert "s3cret" not in out and "--extra-index-url=https://***@mirror.test/simple" in out, out
+
+
+def test_without_uv_pip_installs_the_lock(monkeypatch):
+    sys.path.insert(0, str(ROOT / "workflow" / "scripts"))
+    import bootstrap_env
+    calls = []
+
+    def no_uv(*cmd, attempts=3):
+        calls.append(cmd)
+        if any(str(arg).startswith("uv==") for arg in cmd):
+            raise subprocess.CalledProcessError(1, cmd)
+    monkeypatch.setattr(bootstrap_env, "run_retrying", no_uv)
+    pip = ("python", "-m", "pip")
+    bootstrap_env.install_lock(Path("python"), pip)
+    assert calls[1] == (*pip, "install", "--no-deps", "--no-compile", "--requirement", bootstrap_env.LOCK)
+    assert len(calls) == 2
