@@ -308,7 +308,7 @@ def test_a_prefix_cache_reset_refused_while_blocks_are_held_is_tried_again_and_a
     runner.stack = types.SimpleNamespace(vllm=types.SimpleNamespace(base_url="http://vllm"))
 
     async def reset(attempts):
-        await runner._reset_prefix_cache(asyncio.get_running_loop(), attempts=attempts)
+        await runner._reset_prefix_cache(asyncio.get_running_loop(), attempts=attempts, wait_s=0.01)
 
     asyncio.run(reset(5))
     assert calls == ["http://vllm"] * 3

@@ -4,7 +4,7 @@ Runs in a Python that has the LMCache build under test first on its path (PYTHON
 code measures the upstream and the patched adapter (kvtier.runs.r1 starts it once per build and round):
 
     PYTHONPATH=build/lmcache/patched/site python -m kvtier.probes.coldread --pool DIR --chunks 256 --chunk-mib 1 \
-        --load-concurrency 1 2 4 8 16 32 [--odirect] [--verify-checksum] [--store-only]
+        --load-concurrency 1 2 4 8 16 32 16:checked [--odirect] [--verify-checksum] [--store-only]
 
 The chunks are written through the adapter itself (its own file names and layout) when the pool lacks them.
 Right before each timed load, the pool's files are dropped from the page cache (posix_fadvise DONTNEED) and the
@@ -13,7 +13,9 @@ the adapter reads with O_DIRECT as well (its own `use_odirect`), into page-align
 with --quiet, the load waits for a quiet machine (kvtier.probes.quiet) and records what it found. With
 --verify-checksum (the patched build only, patches/0003) the adapter stores a CRC-32 with each chunk file it writes
 and checks it on every load; the record counts the pool files that carry one, so that a load which had nothing to
-check cannot pass for one that did. --store-only writes the missing chunks and loads nothing.
+check cannot pass for one that did; a bound written `N:checked` checks on that load only, so that one Python
+loads both with and without the check (a start of this Python, torch and LMCache is 2-3 s of a small run).
+--store-only writes the missing chunks and loads nothing.
 One load per `--load-concurrency` value, in the order given, each by a new adapter with that bound; the upstream
 adapter ignores the bound: it reads one key after another. Prints one JSON record per load on stdout.
 """
@@ -143,12 +145,24 @@ def page_cache(odirect: bool) -> str:
     return "O_DIRECT (the adapter's use_odirect), files dropped first" if odirect else "posix_fadvise DONTNEED"
 
 
+CHECKED = ":checked"
+
+
+def load_spec(text: str) -> tuple[int, bool]:
+    """A `--load-concurrency` value: `N`, or `N:checked` for a load that checks each chunk's checksum."""
+    bound, checked = (text[:-len(CHECKED)], True) if text.endswith(CHECKED) else (text, False)
+    if not bound.isdigit() or int(bound) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: a load bound is a positive integer, optionally with {CHECKED}")
+    return int(bound), checked
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pool", required=True)
     parser.add_argument("--chunks", type=int, default=256)
     parser.add_argument("--chunk-mib", type=float, default=1.0)
-    parser.add_argument("--load-concurrency", type=int, nargs="+", default=[16])
+    parser.add_argument("--load-concurrency", type=load_spec, nargs="+", default=[(16, False)],
+                        help=f"one load per bound, in order; N{CHECKED} checks each chunk's checksum on that load")
     parser.add_argument("--odirect", action="store_true", help="the adapter reads with O_DIRECT (use_odirect)")
     parser.add_argument("--verify-checksum", action="store_true",
                         help="store a CRC-32 with each chunk and check it on load (patched build: patches/0003)")
@@ -161,9 +175,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.store_only:
         print(json.dumps(store(args.pool, args.chunks, chunk_bytes, args.odirect, args.verify_checksum)), flush=True)
         return 0
-    for bound in args.load_concurrency:
+    for bound, checked in args.load_concurrency:
         print(json.dumps(measure(args.pool, args.chunks, chunk_bytes, bound, args.odirect, quiet=args.quiet,
-                                 verify_checksum=args.verify_checksum)), flush=True)
+                                 verify_checksum=args.verify_checksum or checked)), flush=True)
     return 0
 
 

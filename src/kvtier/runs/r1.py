@@ -7,7 +7,7 @@
   being fio's queue depths and the configured bound (the patch at the matching queue depth); with
   `verify_checksum`, the patched build once more at the configured bound checking every chunk's CRC-32
   (patches/0003; build `patched_checksum`), on the same files, which were all written with their checksums: what
-  the check costs on a cold read;
+  the check costs on a cold read (in the same Python as the patched build's other loads of the round);
 - fio.jsonl: fio's direct-read bandwidth on the same pool directory at each queue depth (the device limit);
 - checkpoint.jsonl: a LoRA-sized sharded checkpoint saved with fsync to the local disk and to the pool path, by
   one writer and by parallel writers (kvtier.probes.ckptsave).
@@ -97,16 +97,18 @@ def _build_site(build_dir: str) -> str:
     return str(Path(build_dir) / record["site"])
 
 
-def cold_loads(build_dir: str, pool: Path, settings: ReadSettings, bounds: list[int],
+def cold_loads(build_dir: str, pool: Path, settings: ReadSettings, loads: list[tuple[int, bool]],
                verify_checksum: bool = False) -> list[dict]:
-    """Cold loads by one fs L2 worker of `build_dir`'s LMCache, one per load bound, in its own Python
-    (kvtier.probes.coldread); with no bound, the chunks the pool lacks are written and nothing is loaded."""
+    """Cold loads by one fs L2 worker of `build_dir`'s LMCache, one per (load bound, checks checksums) in `loads`,
+    in order, all in one Python of its own (kvtier.probes.coldread); with no loads, the chunks the pool lacks are
+    written (with their checksums where `verify_checksum`) and nothing is loaded."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [_build_site(build_dir),
                                                                      os.environ.get("PYTHONPATH")])),
            "LMCACHE_DISABLE_BANNER": "1"}
+    bounds = [f"{bound}{coldread.CHECKED if checked else ''}" for bound, checked in loads]
     argv = [sys.executable, "-m", "kvtier.probes.coldread", "--pool", str(pool), "--chunks", str(settings.chunks),
             "--chunk-mib", str(settings.chunk_mib),
-            *(["--load-concurrency", *map(str, bounds)] if bounds else ["--store-only"]),
+            *(["--load-concurrency", *bounds] if bounds else ["--store-only"]),
             *(["--odirect"] if settings.use_odirect else []), *(["--verify-checksum"] if verify_checksum else []),
             *(["--quiet", json.dumps(settings.quiet)] if settings.quiet is not None else [])]
     expected = len(bounds) or 1
@@ -116,6 +118,21 @@ def cold_loads(build_dir: str, pool: Path, settings: ReadSettings, bounds: list[
         raise KvtierError(f"cold load with {build_dir} failed (exit {done.returncode}, {len(records)} of "
                           f"{expected} {'loads' if bounds else 'stores'}): {done.stderr.strip()[-800:]}")
     return records
+
+
+def _round_loads(settings: ReadSettings, forward: bool) -> list[tuple[str, list[tuple[str, int, bool]]]]:
+    """One round's cold loads, grouped by the build that makes them: [(build, [(reader, bound, checked)])]. The
+    order of readers and bounds alternates from round to round; the patched build's loads with and without
+    checksums are adjacent either way, so one Python makes them all."""
+    bounds = settings.load_bounds() if forward else settings.load_bounds()[::-1]
+    groups: list[tuple[str, list[tuple[str, int, bool]]]] = []
+    for reader in (settings.readers() if forward else settings.readers()[::-1]):
+        build = "patched" if reader == CHECKSUM else reader
+        loads = {"upstream": [1], "patched": bounds, CHECKSUM: [settings.load_concurrency]}[reader]
+        if not groups or groups[-1][0] != build:
+            groups.append((build, []))
+        groups[-1][1].extend((reader, bound, reader == CHECKSUM) for bound in loads)
+    return groups
 
 
 def run_reads(settings: ReadSettings, run_dir: str | os.PathLike) -> dict:
@@ -141,20 +158,16 @@ def run_reads(settings: ReadSettings, run_dir: str | os.PathLike) -> dict:
         chunk_bytes = int(settings.chunk_mib * 2**20)
         targets = {"local_disk": settings.local_disk_path, "shared_pool": settings.pool_path}
         check = quiet.hook(settings.quiet)  # built once, called before each timed read and save
-        readers = settings.readers()
         try:
             if settings.verify_checksum:  # every file written with its checksum, so that each check has one to check
                 cold_loads(settings.builds["patched"], pool, settings, [], verify_checksum=True)
             with RecordWriter(run_dir / COLDREAD_FILE) as coldreads, RecordWriter(run_dir / FIO_FILE) as fios, \
                     RecordWriter(run_dir / CHECKPOINT_FILE) as checkpoints:
                 for round_ in range(settings.rounds):
-                    forward = round_ % 2 == 0  # alternate the order of builds and bounds from round to round
-                    bounds = settings.load_bounds() if forward else settings.load_bounds()[::-1]
-                    for reader in (readers if forward else readers[::-1]):
-                        build = "patched" if reader == CHECKSUM else reader
-                        loads = {"upstream": [1], "patched": bounds, CHECKSUM: [settings.load_concurrency]}[reader]
-                        for record in cold_loads(settings.builds[build], pool, settings, loads,
-                                                 verify_checksum=reader == CHECKSUM):
+                    for build, loads in _round_loads(settings, forward=round_ % 2 == 0):
+                        records = cold_loads(settings.builds[build], pool, settings,
+                                             [(bound, checked) for _, bound, checked in loads])
+                        for (reader, _, _), record in zip(loads, records):
                             coldreads.write({"round": round_, "build": reader, **record})
                     for depth in settings.queue_depths:
                         found = _quiet(check)

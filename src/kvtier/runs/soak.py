@@ -343,9 +343,9 @@ class Soak:
                 await loop.run_in_executor(None, self.stack.lmcache.set_l2_quota, budget)
             self.sending.set()
 
-    async def _reset_prefix_cache(self, loop, attempts: int = 30) -> None:
+    async def _reset_prefix_cache(self, loop, attempts: int = 30, wait_s: float = 1.0) -> None:
         """vLLM refuses the reset while a request still holds blocks (after a restart, one the client gave up on
-        may still run): try again every second, up to `attempts` times."""
+        may still run): try again every `wait_s`, up to `attempts` times."""
         for attempt in range(1, attempts + 1):
             try:
                 await loop.run_in_executor(None, reset_prefix_cache, self.stack.vllm.base_url)
@@ -353,7 +353,7 @@ class Soak:
             except KvtierError as exc:
                 if "still held" not in str(exc) or attempt == attempts:
                     raise
-                await asyncio.sleep(1.0)
+                await asyncio.sleep(wait_s)
 
     async def _probe(self, request_id: str, prompt: list[int], timeout_s: float = PROBE_TIMEOUT_S) -> dict:
         """One request of the soak's own (a health check, a round trip through the pool), recorded with phase
