@@ -72,6 +72,19 @@ display(Markdown(r1.conditions_markdown(measured.conditions)))
 # with its interval (`kvtier.evidence.stats`; the resume's from the sessions' TTFTs and the raw-read rounds). A
 # target is **MET** only when the whole interval clears it, **NOT MET** when the whole interval misses it, and
 # **UNDECIDED** otherwise.
+#
+# **Sequential rounds** (when the run's `max_rounds` is above its `rounds`; the conditions above say): after the
+# first rounds, the reads go on one round at a time, each measuring only what a target still undecided needs (e.g.
+# for the checksum's cost, the patched build's loads at the configured bound, checked and not), until every read
+# target is decided, `max_rounds` is reached or the run has taken `budget_s`. Looking again after each round and
+# stopping when decided would inflate a fixed 95 % interval's error; the error rate is instead spent over the looks
+# (Lan & DeMets 1983, *Biometrika* 70(3), Pocock-type spending function; Jennison & Turnbull 2000, ch. 7), each
+# look a Student's t interval on the log of the per-round ratios at its share of the level, so the interval a
+# target stops with holds the truth at least 95 % of the time whatever the stopping did
+# (`kvtier.evidence.sequential`, its coverage simulated in `tests/test_sequential.py`). A round that is an outlier by
+# Hampel's rule (its log more than 3 scaled MADs from the median) is named, and the target is decided only when the
+# interval without it agrees. Each line says how many rounds it took and why it stopped; an undecided one, about
+# how many more rounds would decide it at the spread observed.
 
 # %% tags=["nbval-check-output"]
 print(r1.targets_text(measured))

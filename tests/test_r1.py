@@ -96,16 +96,30 @@ def test_a_missing_fio_is_named_with_how_to_install_it(monkeypatch):
         fio.executable()
 
 
+# What the judge between rounds is told: the checksum's cost is still undecided (the real judge,
+# evidence.r1.undecided_reads, is tested on its own below and end to end in the test preset's pipeline).
+CHECKSUM_OPEN = {"targets": ["checksum"], "loads": {"patched": [4], "patched_checksum": [4]}, "depths": []}
+
+
 @pytest.fixture(scope="module")
 def reads(lmcache_builds, tmp_path_factory):
-    """A real, small R1 reads run over both builds."""
+    """A real, small R1 reads run over both builds: 2 rounds of everything, then (sequential rounds, up to 3) a
+    third of only what the undecided target needs."""
     base = tmp_path_factory.mktemp("r1")
     settings = r1_run.ReadSettings(pool_path=str(base / "pool"), local_disk_path=str(base / "local"),
                                     builds={name: str(path) for name, (path, _) in lmcache_builds.items()},
                                     chunks=24, chunk_mib=0.5, load_concurrency=4, queue_depths=[1, 4], rounds=2,
-                                    checkpoint=CKPT, quiet=QUIET, verify_checksum=True)
+                                    max_rounds=3, checkpoint=CKPT, quiet=QUIET, verify_checksum=True)
     run_dir = base / "R1" / "reads"
-    return settings, run_dir, r1_run.run_reads(settings, run_dir)
+    looked = []
+
+    def undecided(reads_dir):
+        looked.append(len((reads_dir / r1_run.COLDREAD_FILE).read_text().splitlines()))  # the records so far
+        return CHECKSUM_OPEN
+
+    run = r1_run.run_reads(settings, run_dir, undecided=undecided)
+    assert looked == [8, 10], "the judge looks after round 2 and after round 3, at every record written by then"
+    return settings, run_dir, run
 
 
 def test_reads_alternate_the_builds_and_every_load_starts_cold(reads):
@@ -114,9 +128,15 @@ def test_reads_alternate_the_builds_and_every_load_starts_cold(reads):
     loads = [json.loads(line) for line in (run_dir / r1_run.COLDREAD_FILE).read_text().splitlines()]
     # Builds and the patched build's load bounds (fio's depths and the configured bound) alternate their order.
     # With verify_checksum, the patched build also loads at the configured bound checking every chunk's CRC-32.
+    # The third round loads only what the undecided target needs: no upstream, no other bound, no fio, no save.
     assert [(r["round"], r["build"], r["load_concurrency"]) for r in loads] == [
         (0, "upstream", 1), (0, "patched", 1), (0, "patched", 4), (0, "patched_checksum", 4),
-        (1, "patched_checksum", 4), (1, "patched", 4), (1, "patched", 1), (1, "upstream", 1)]
+        (1, "patched_checksum", 4), (1, "patched", 4), (1, "patched", 1), (1, "upstream", 1),
+        (2, "patched", 4), (2, "patched_checksum", 4)]
+    looks = run["sequential"]
+    assert [(look["after_rounds"], look["undecided"]) for look in looks["looks"]] == [(2, ["checksum"]),
+                                                                                    (3, ["checksum"])]
+    assert (looks["rounds"], looks["max_rounds"], looks["stop"]) == (2, 3, r1_run.ROUNDS_SPENT)
     by_build = {r["build"]: r for r in loads}
     # Every file was written with its checksum before the first load, so the checked loads had each one to check;
     # the upstream build knows no checksums.
@@ -146,7 +166,8 @@ def test_r1_tables_and_targets_come_from_the_records(reads):
     rounds = measured.coldread_rounds
     for (build, bound), row in coldread.iterrows():
         values = rounds[(rounds["build"] == build) & (rounds["load_concurrency"] == bound)]["gb_per_s"]
-        assert len(values) == 2 and row["gb_per_s_median"] == pytest.approx(values.median())
+        assert len(values) == (3 if bound == 4 and build != "upstream" else 2)
+        assert row["gb_per_s_median"] == pytest.approx(values.median())
     assert list(measured.fio["iodepth"]) == [1, 4]
     fio = measured.fio.set_index("iodepth")["gb_per_s_median"]
     assert measured.matching["depth"].tolist() == [1, 4]
@@ -182,10 +203,18 @@ def test_r1_tables_and_targets_come_from_the_records(reads):
     unchecked = read_rounds[(read_rounds["build"] == "patched") & (read_rounds["load_concurrency"] == 4)]
     assert checksum["figure"] == pytest.approx((checked / unchecked.set_index("round")["gb_per_s"]).median())
     assert checksum["threshold"] == 0.9 and checksum["at_least"] and "24 files" in checksum["detail"]
-    assert measured.conditions["verify_checksum"] and "CRC-32" in r1.conditions_markdown(measured.conditions)
+    # Judged under the run's plan (2 to 3 rounds): the sequential interval of the look the target stopped at, and
+    # why it stopped; an undecided one says what would decide it.
+    assert checksum["rounds"] == 3 and checksum["interval"].startswith("sequential Student's t on the log mean of 3")
+    assert checksum["stop"] == ("rounds spent" if checksum["verdict"] == "UNDECIDED" else "decided")
+    assert (checksum["to_decide"] != "") == (checksum["verdict"] == "UNDECIDED")
+    assert device["stop"] in ("decided", "ended with the run") and "look at" in device["interval"]
+    conditions = r1.conditions_markdown(measured.conditions)
+    assert measured.conditions["verify_checksum"] and "CRC-32" in conditions
+    assert "3 rounds: 2 to 3 rounds, 95 % overall" in conditions and "stopped: rounds spent" in conditions
     assert measured.resume is None  # no resume run in this directory
     text = r1.targets_text(measured)
-    assert "best load bound / upstream" in text and "Student's t 95 % on the log mean of 2 rounds" in text
+    assert "best load bound / upstream" in text and "sequential Student's t on the log mean of 2 rounds" in text
     assert all(line.split(":")[0] in ("MET", "NOT MET", "UNDECIDED") for line in text.splitlines()[:3])
     written = r1.write_evidence(measured, run_dir.parent / "evidence", png_scale=1)
     assert {p.name for p in written} >= {"R1_coldread.csv", "R1_matching.csv", "R1_targets.csv", "R1_chart.png",
@@ -342,3 +371,39 @@ def test_l2_tiers_ask_the_fs_adapter_for_o_direct_unless_told_not_to(tmp_path):
     off = TierSettings(model_dir=str(model), local_disk_path=str(tmp_path / "pool"), l2_use_odirect=False)
     assert "use_odirect" not in json.loads(TierStack("local_disk", off, tmp_path).lmcache.command()[-1])
     assert "--l2-adapter" not in TierStack("dram", settings, tmp_path).lmcache.command()
+
+
+def test_between_rounds_the_judge_asks_only_for_what_an_undecided_target_reads(tmp_path):
+    # Three rounds: the patched build reads at 0.95-0.97 x fio at depth 4 (decided MET against 0.8) and 2.4 x
+    # upstream (MET against 2, fio rewarding parallelism); checking checksums costs 0.93, 0.86, 0.95 of it:
+    # against 0.9 that is undecided, so only the patched build's loads at bound 4, checked and not, go on.
+    coldread, fios = [], []
+    for round_, cost in enumerate((0.93, 0.86, 0.95)):
+        fios += [{"round": round_, "iodepth": 1, "gb_per_s": 0.5}, {"round": round_, "iodepth": 4, "gb_per_s": 1.0}]
+        coldread += [{"round": round_, "build": "upstream", "load_concurrency": 1, "gb_per_s": 0.40},
+                     {"round": round_, "build": "patched", "load_concurrency": 1, "gb_per_s": 0.45},
+                     {"round": round_, "build": "patched", "load_concurrency": 4, "gb_per_s": 0.96 + 0.01 * round_},
+                     {"round": round_, "build": "patched_checksum", "load_concurrency": 4, "chunks": 8,
+                      "files_with_checksum": 8, "gb_per_s": (0.96 + 0.01 * round_) * cost}]
+    for name, records in ((r1_run.COLDREAD_FILE, coldread), (r1_run.FIO_FILE, fios)):
+        (tmp_path / name).write_text("".join(json.dumps(r) + "\n" for r in records))
+    plan = r1.sequential.Plan(3, 12)
+    needs = r1.undecided_reads(tmp_path, 4, plan)
+    assert needs == {"targets": ["patched checking each chunk's CRC-32 / patched, at the configured bound 4"],
+                     "loads": {"patched": [4], "patched_checksum": [4]}, "depths": []}
+    # Judged as the page judges it: the same verdicts, the open one with what would decide it.
+    table, rewards = r1.targets(pd.DataFrame(coldread), pd.DataFrame(fios), None, 4, plan=plan)
+    assert rewards and list(table["verdict"]) == ["MET", "MET", "MET", "UNDECIDED"]
+    assert list(table["stop"]) == ["decided"] * 3 + ["ended with the run"]
+    assert table.iloc[3]["to_decide"].startswith("about ") and table.iloc[2]["to_decide"] == ""
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"max_rounds": 1}, "max_rounds 1 must be an integer of at least rounds"),
+    ({"rounds": 1, "max_rounds": 4}, "sequential rounds \\(max_rounds 4\\) need at least 2 rounds first"),
+    ({"budget_s": 0}, "budget_s must be a positive number of seconds, not 0"),
+])
+def test_a_sequential_plan_that_cannot_run_is_refused(bad, message):
+    with pytest.raises(KvtierError, match=message):
+        r1_run.ReadSettings(**{"pool_path": "p", "local_disk_path": "l", "rounds": 2,
+                               "builds": {"upstream": "u", "patched": "p"}, **bad})

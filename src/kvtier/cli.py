@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import signal
@@ -271,9 +272,15 @@ def _settings(cls, text: str, option: str):
 
 
 def _cmd_r1_reads(args) -> None:
+    from .evidence.r1 import reads_plan, undecided_reads
     from .runs.r1 import ReadSettings, run_reads
-    run = run_reads(_settings(ReadSettings, args.settings, "--settings"), args.run_dir)
-    print(f"R1 reads {run['status']}: {args.run_dir}")
+    settings = _settings(ReadSettings, args.settings, "--settings")
+    plan = reads_plan(dataclasses.asdict(settings))
+    judge = (lambda reads_dir: undecided_reads(reads_dir, settings.load_concurrency, plan)) if plan else None  # noqa: E731
+    run = run_reads(settings, args.run_dir, undecided=judge)
+    looks = run["sequential"]["looks"]
+    rounds = looks[-1]["after_rounds"] if looks else settings.rounds
+    print(f"R1 reads {run['status']}: {args.run_dir}, {rounds} rounds ({run['sequential']['stop']})")
 
 
 def _cmd_r1_resume(args) -> None:

@@ -16,6 +16,7 @@ from kvtier.gates import bom as kvtier_bom
 from kvtier.gates import g3 as kvtier_g3
 from kvtier.runs import boundary as kvtier_boundary
 from kvtier.runs import cluster as kvtier_cluster
+from kvtier.runs import r1 as kvtier_r1_run
 from kvtier.runs import campaign as kvtier_campaign
 from kvtier.runs import order as kvtier_order
 from kvtier.runs import soak as kvtier_soak
@@ -117,8 +118,13 @@ R1_READ_SETTINGS = json.dumps({"pool_path": RUNS["shared_pool_path"], "local_dis
                                "load_concurrency": LMCACHE["load_concurrency"], "use_odirect": LMCACHE["use_odirect"],
                                "verify_checksum": LMCACHE["verify_checksum"],
                                "timeout_s": RUNS["timeout_s"], "quiet": QUIET,
-                               **{k: R1[k] for k in ("chunks", "chunk_mib", "queue_depths", "rounds", "checkpoint")}})
+                               **{k: R1[k] for k in ("chunks", "chunk_mib", "queue_depths", "rounds", "max_rounds",
+                                                        "budget_s", "checkpoint")}})
 R1_RESUME_SETTINGS = json.dumps(R1["resume"])
+try:  # refused at load, not when the R1 job starts
+    kvtier_r1_run.ReadSettings(**json.loads(R1_READ_SETTINGS))
+except KvtierError as exc:
+    sys.exit(f"kvtier: {_config_source}: r1: {exc}")
 # The raw files the R1 page reads (hashed into its manifest).
 R1_RAW_FILES = kvtier_r1.RAW_FILES
 

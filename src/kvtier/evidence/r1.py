@@ -32,10 +32,11 @@ from ..runs.r1 import (
     COLDREAD_FILE,
     ENGINE_HIT_RUN,
     FIO_FILE,
+    MINUTES_SPENT,
     RAWREAD_FILE,
     RESUME_RUN,
 )
-from . import stats, tables
+from . import sequential, stats, tables
 from .conditions import platform_lines, quiet_line
 
 # A device "rewards parallelism" when fio's best queue depth reads at least this much faster than depth 1.
@@ -47,6 +48,9 @@ RESUME_VS_RAW = 2.0  # resume TTFT of a session <= 2 x the raw read time of its 
 # at the configured bound: kvtier's own bound for a check that is on by default, not a figure of the report.
 CHECKSUM_VS_PATCHED = 0.9
 READERS = (*BUILDS, CHECKSUM)
+FIXED_ROUNDS, RUN_ENDED = "fixed rounds", "ended with the run"
+TARGET_COLUMNS = ["target", "figure", "low", "high", "rounds", "interval", "threshold", "at_least", "verdict", "stop",
+                  "to_decide", "outlier_rounds", "low_without_outliers", "high_without_outliers", "detail"]
 OUTPUT_FILES = {"coldread": "R1_coldread.csv", "fio": "R1_fio.csv", "matching": "R1_matching.csv",
                 "targets": "R1_targets.csv",
                 "checkpoint": "R1_checkpoint.csv", "resume": "R1_resume.csv", "chart": "R1_chart"}
@@ -169,6 +173,46 @@ def _target(name: str, figure: stats.Estimate, threshold: float, at_least: bool,
             "verdict": stats.target(figure, threshold, at_least), "detail": detail}
 
 
+@dataclass(frozen=True)
+class ReadTarget:
+    """A target on the reads: its per-round ratios, and what one more round of it has to measure."""
+    name: str
+    by_round: dict[int, float]  # the ratio in each round that measured both sides
+    threshold: float
+    at_least: bool
+    detail: str
+    loads: dict[str, tuple[int, ...]]  # reader (build, or the checking build) -> its load bounds
+    depths: tuple[int, ...] = ()  # fio's queue depths
+
+
+def _stop(judgement: sequential.Judgement, plan: sequential.Plan | None, budget_spent: bool) -> str:
+    """Why a read target's rounds stopped, the run being over: one the judge did not ask more of (its rounds
+    short of the maximum, the budget not spent) ended with the run's other targets."""
+    if plan is None:
+        return FIXED_ROUNDS
+    reason = sequential.stop_reason(judgement, plan, budget_spent)
+    return RUN_ENDED if reason == sequential.RUNNING else reason
+
+
+def _judged(target: ReadTarget, plan: sequential.Plan | None, budget_spent: bool = False) -> dict:
+    """A read target's row: its interval (the sequential one under a plan, else kvtier.evidence.stats'), its
+    verdict, any outlier round (Hampel; decided only when the interval without it agrees), why it stopped and
+    what would decide it."""
+    rounds = list(target.by_round)
+    judgement = sequential.judge(list(target.by_round.values()), target.threshold, plan)
+    good = 1 if target.at_least else -1
+    verdict = stats.MET if judgement.side == good else stats.NOT_MET if judgement.side == -good else stats.UNDECIDED
+    figure, without = judgement.figure, judgement.without
+    return {"target": target.name, "figure": figure.point, "low": figure.low, "high": figure.high,
+            "rounds": figure.rounds, "interval": figure.method, "threshold": target.threshold,
+            "at_least": target.at_least, "verdict": verdict,
+            "stop": _stop(judgement, plan, budget_spent),
+            "to_decide": sequential.what_would_decide(judgement),
+            "outlier_rounds": " ".join(str(rounds[i]) for i in judgement.outliers),
+            "low_without_outliers": without.low if without else None,
+            "high_without_outliers": without.high if without else None, "detail": target.detail}
+
+
 def _by_bound(coldread: pd.DataFrame) -> pd.Series:
     """The patched worker's median GB/s per load bound."""
     return coldread[coldread["build"] == "patched"].set_index("load_concurrency")["gb_per_s_median"]
@@ -190,58 +234,89 @@ def matching(coldread_rounds: pd.DataFrame, fio_rounds: pd.DataFrame) -> pd.Data
                                        "rounds"])
 
 
-def targets(coldread_rounds: pd.DataFrame, fio_rounds: pd.DataFrame, resume: pd.DataFrame | None,
-            load_concurrency: int, raw_read_rounds: list[float] = ()) -> tuple[pd.DataFrame, bool]:
-    """Every R1 target as a figure with its interval and verdict (kvtier.evidence.stats). The reads' ratios are
-    paired by round (both sides read in the same round, in alternating order); the best load bound and queue
-    depth are chosen on the medians. The resume's figure sets the sessions' TTFTs against the raw-read rounds
-    (each session's share of the chunk files)."""
+def read_targets(coldread_rounds: pd.DataFrame, fio_rounds: pd.DataFrame,
+                 load_concurrency: int) -> tuple[list[ReadTarget], bool]:
+    """The targets on the reads, each as its per-round ratios (both sides read in the same round, in alternating
+    order); the best load bound and queue depth are chosen on the medians. Also whether the device rewards
+    parallel reads."""
     coldread = _spread(coldread_rounds, ["build", "load_concurrency"])
-    fio = _spread(fio_rounds, ["iodepth"])
-    by_depth = fio.set_index("iodepth")["gb_per_s_median"]
+    by_depth = _spread(fio_rounds, ["iodepth"]).set_index("iodepth")["gb_per_s_median"]
     by_bound = _by_bound(coldread)
     best_depth, best_bound = int(by_depth.idxmax()), int(by_bound.idxmax())
     depth_1 = by_depth.get(1, by_depth.iloc[0])
     rewards = bool(by_depth.max() >= PARALLEL_GAIN * depth_1)
-    patched = tables.per_round(coldread_rounds, "gb_per_s", build="patched", load_concurrency=best_bound)
+
+    def patched(bound: int) -> dict:
+        return tables.per_round(coldread_rounds, "gb_per_s", build="patched", load_concurrency=bound)
+
+    def fio(depth: int) -> dict:
+        return tables.per_round(fio_rounds, "gb_per_s", iodepth=depth)
+
     upstream = tables.per_round(coldread_rounds, "gb_per_s", build="upstream")
-    device = stats.ratio(patched, tables.per_round(fio_rounds, "gb_per_s", iodepth=best_depth))
-    gain = stats.ratio(patched, upstream)
-    rows = [
-        _target("patched at its best load bound / fio at its best queue depth", device, PATCHED_VS_DEVICE, True,
-                f"patched {by_bound.max():.3f} GB/s at load bound {best_bound}; fio best {by_depth.max():.3f} GB/s "
-                f"at depth {best_depth} (medians)"),
-        _target("patched at its best load bound / upstream"
-                + ("" if rewards else " (device does not reward parallelism)"), gain,
-                PATCHED_VS_UPSTREAM if rewards else 1.0, True,
-                f"patched {by_bound.max():.3f} vs upstream {stats.estimate(upstream.values()).point:.3f} GB/s; fio "
-                f"best depth / depth 1 = {by_depth.max() / depth_1:.2f} (rewards parallelism at ≥ {PARALLEL_GAIN})"),
+    found = [
+        ReadTarget("patched at its best load bound / fio at its best queue depth",
+                   stats.paired_by_round(patched(best_bound), fio(best_depth)), PATCHED_VS_DEVICE, True,
+                   f"patched {by_bound.max():.3f} GB/s at load bound {best_bound}; fio best {by_depth.max():.3f} "
+                   f"GB/s at depth {best_depth} (medians)", {"patched": (best_bound,)}, (best_depth,)),
+        ReadTarget("patched at its best load bound / upstream" + ("" if rewards else
+                                                                   " (device does not reward parallelism)"),
+                   stats.paired_by_round(patched(best_bound), upstream), PATCHED_VS_UPSTREAM if rewards else 1.0, True,
+                   f"patched {by_bound.max():.3f} vs upstream {stats.estimate(upstream.values()).point:.3f} GB/s; "
+                   f"fio best depth / depth 1 = {by_depth.max() / depth_1:.2f} (rewards parallelism at ≥ "
+                   f"{PARALLEL_GAIN})", {"patched": (best_bound,), "upstream": (1,)}),
     ]
     if load_concurrency in by_depth.index and load_concurrency in by_bound.index:
-        configured = stats.ratio(tables.per_round(coldread_rounds, "gb_per_s", build="patched", load_concurrency=load_concurrency),
-                                 tables.per_round(fio_rounds, "gb_per_s", iodepth=load_concurrency))
-        rows.append(_target(f"patched at the configured bound {load_concurrency} / fio at depth {load_concurrency}",
-                            configured, PATCHED_VS_DEVICE, True,
-                            f"patched {by_bound[load_concurrency]:.3f} GB/s; fio {by_depth[load_concurrency]:.3f} "
-                            f"GB/s at depth {load_concurrency} (medians)"))
+        found.append(ReadTarget(
+            f"patched at the configured bound {load_concurrency} / fio at depth {load_concurrency}",
+            stats.paired_by_round(patched(load_concurrency), fio(load_concurrency)), PATCHED_VS_DEVICE, True,
+            f"patched {by_bound[load_concurrency]:.3f} GB/s; fio {by_depth[load_concurrency]:.3f} GB/s at depth "
+            f"{load_concurrency} (medians)", {"patched": (load_concurrency,)}, (load_concurrency,)))
     if CHECKSUM in set(coldread_rounds["build"]):
-        rows.append(_checksum_target(coldread_rounds, load_concurrency))
+        found.append(_checksum_target(coldread_rounds, load_concurrency))
+    return found, rewards
+
+
+def targets(coldread_rounds: pd.DataFrame, fio_rounds: pd.DataFrame, resume: pd.DataFrame | None,
+            load_concurrency: int, raw_read_rounds: list[float] = (), plan: sequential.Plan | None = None,
+            budget_spent: bool = False) -> tuple[pd.DataFrame, bool]:
+    """Every R1 target as a figure with its interval and verdict: the reads' (read_targets), judged under the
+    run's sequential plan when it had one, and the resume's, which sets the sessions' TTFTs against the raw-read
+    rounds (each session's share of the chunk files)."""
+    found, rewards = read_targets(coldread_rounds, fio_rounds, load_concurrency)
+    rows = [_judged(target, plan, budget_spent) for target in found]
     if resume is not None:
         ttft = stats.estimate(resume["ttft_s"], unit="sessions")
         raw = stats.estimate(raw_read_rounds or resume["raw_read_s"])
         floor = float(resume["engine_hit_ttft_s"].median())
         figure = stats.quotient(ttft, raw)
-        rows.append(_target("resume TTFT / raw read time of its chunk files", figure, RESUME_VS_RAW, False,
-                            f"TTFT p50 {ttft.point:.3f} s for {int(resume['prompt_tokens'].median())} prompt tokens "
-                            f"over {len(resume)} sessions; raw read {raw.point:.4f} s of "
-                            f"{resume['chunk_bytes'].median() / 2**20:.1f} MiB ({raw.rounds} rounds); the same "
-                            f"sessions from vLLM's prefix cache take {floor:.3f} s ({floor / raw.point:.2f}× the raw "
-                            f"read), so the L2 resume costs {(ttft.point - floor) / raw.point:.2f}× the raw read "
-                            "beyond that floor"))
-    return pd.DataFrame(rows), rewards
+        rows.append({**_target("resume TTFT / raw read time of its chunk files", figure, RESUME_VS_RAW, False,
+                               f"TTFT p50 {ttft.point:.3f} s for {int(resume['prompt_tokens'].median())} prompt "
+                               f"tokens over {len(resume)} sessions; raw read {raw.point:.4f} s of "
+                               f"{resume['chunk_bytes'].median() / 2**20:.1f} MiB ({raw.rounds} rounds); the same "
+                               f"sessions from vLLM's prefix cache take {floor:.3f} s ({floor / raw.point:.2f}× the "
+                               f"raw read), so the L2 resume costs {(ttft.point - floor) / raw.point:.2f}× the raw "
+                               "read beyond that floor"), "stop": FIXED_ROUNDS, "to_decide": ""})
+    return pd.DataFrame(rows, columns=TARGET_COLUMNS), rewards
 
 
-def _checksum_target(coldread_rounds: pd.DataFrame, load_concurrency: int) -> dict:
+def undecided_reads(reads_dir: str | os.PathLike, load_concurrency: int, plan: sequential.Plan) -> dict:
+    """Between rounds of a sequential R1 reads run (kvtier.runs.r1.run_reads): the read targets still undecided
+    after the rounds recorded so far, and what one more round of them measures: {"targets": [names],
+    "loads": {reader: [bounds]}, "depths": [fio queue depths]}."""
+    reads_dir = Path(reads_dir)
+    coldread_rounds = _frame(reads_dir / COLDREAD_FILE, ("round", "build", "load_concurrency", "gb_per_s"))
+    fio_rounds = _frame(reads_dir / FIO_FILE, ("round", "iodepth", "gb_per_s"))
+    found, _ = read_targets(coldread_rounds, fio_rounds, load_concurrency)
+    open_ = [t for t in found if not sequential.judge(list(t.by_round.values()), t.threshold, plan).decided]
+    loads: dict[str, set[int]] = {}
+    for target in open_:
+        for reader, bounds in target.loads.items():
+            loads.setdefault(reader, set()).update(bounds)
+    return {"targets": [t.name for t in open_], "loads": {r: sorted(b) for r, b in loads.items()},
+            "depths": sorted({d for t in open_ for d in t.depths})}
+
+
+def _checksum_target(coldread_rounds: pd.DataFrame, load_concurrency: int) -> ReadTarget:
     """The checked loads against the unchecked ones of the same build, bound and files, paired by round. A load
     whose files carried no checksum checked nothing: the run is refused rather than a ratio of 1 printed."""
     checked = coldread_rounds[coldread_rounds["build"] == CHECKSUM]
@@ -252,12 +327,12 @@ def _checksum_target(coldread_rounds: pd.DataFrame, load_concurrency: int) -> di
                           f"of {int(row['chunks'])} chunk files carried a checksum, so the load checked nothing")
     with_check = tables.per_round(coldread_rounds, "gb_per_s", build=CHECKSUM, load_concurrency=load_concurrency)
     without = tables.per_round(coldread_rounds, "gb_per_s", build="patched", load_concurrency=load_concurrency)
-    figure = stats.ratio(with_check, without)
-    return _target(f"patched checking each chunk's CRC-32 / patched, at the configured bound {load_concurrency}",
-                   figure, CHECKSUM_VS_PATCHED, True,
-                   f"{stats.estimate(with_check.values()).point:.3f} vs {stats.estimate(without.values()).point:.3f} "
-                   f"GB/s (medians), the same {int(checked['chunks'].iloc[0])} files, every one with its checksum "
-                   "(patches/0003; lmcache.verify_checksum)")
+    return ReadTarget(f"patched checking each chunk's CRC-32 / patched, at the configured bound {load_concurrency}",
+                      stats.paired_by_round(with_check, without), CHECKSUM_VS_PATCHED, True,
+                      f"{stats.estimate(with_check.values()).point:.3f} vs "
+                      f"{stats.estimate(without.values()).point:.3f} GB/s (medians), the same "
+                      f"{int(checked['chunks'].iloc[0])} files, every one with its checksum (patches/0003; "
+                      "lmcache.verify_checksum)", {"patched": (load_concurrency,), CHECKSUM: (load_concurrency,)})
 
 
 def load(r1_dir: str | os.PathLike) -> Measured:
@@ -282,10 +357,15 @@ def load(r1_dir: str | os.PathLike) -> Measured:
     resume = load_resume(resume_dir) if (resume_dir / RUN_FILE).is_file() else None
     settings = run["settings"]
     shares = (list(raw_read_rounds(resume_dir)["seconds"] / len(resume)) if resume is not None else [])
-    table, rewards = targets(coldread_rounds, fio_rounds, resume, settings["load_concurrency"], shares)
+    plan = reads_plan(settings)
+    looks = run.get("sequential", {})  # absent from runs made before sequential rounds: fixed rounds
+    table, rewards = targets(coldread_rounds, fio_rounds, resume, settings["load_concurrency"], shares, plan,
+                             budget_spent=looks.get("stop") == MINUTES_SPENT)
     platform = platform_probe.read(reads_dir / PLATFORM_FILE)
     conditions = {"chunks": settings["chunks"], "chunk_mib": settings["chunk_mib"],
                   "load_concurrency": settings["load_concurrency"], "rounds": settings["rounds"],
+                  "plan": plan.text() if plan else None, "rounds_run": int(coldread_rounds["round"].max()) + 1,
+                  "budget_s": settings.get("budget_s"), "stop": looks.get("stop", FIXED_ROUNDS),
                   "verify_checksum": CHECKSUM in set(coldread_rounds["build"]),
                   "load_bounds": [int(bound) for bound in _by_bound(coldread).index],
                   "queue_depths": settings["queue_depths"], "page_cache": run["page_cache"], "fio": run["fio"],
@@ -302,6 +382,21 @@ def load(r1_dir: str | os.PathLike) -> Measured:
                     conditions)
 
 
+def reads_plan(settings: dict) -> sequential.Plan | None:
+    """The sequential plan of an R1 reads run's settings: None for fixed rounds (max_rounds not above rounds)."""
+    most = settings.get("max_rounds") or settings["rounds"]
+    return sequential.Plan(settings["rounds"], most) if most > settings["rounds"] >= 2 else None
+
+
+def _rounds_text(c: dict) -> str:
+    """How many rounds the reads took, and under which plan they stopped."""
+    if not c.get("plan"):
+        return f"{c['rounds']} rounds"
+    budget = f", at most {c['budget_s']:g} s in all" if c.get("budget_s") else ""
+    return (f"{c['rounds_run']} rounds: {c['plan']}{budget}; a further round measures only what the targets still "
+            f"undecided need (kvtier.evidence.sequential); stopped: {c['stop']}")
+
+
 def conditions_markdown(conditions: dict) -> str:
     """The conditions printed above the R1 tables: what was read and written, how, and on what (the run's
     platform record)."""
@@ -312,7 +407,7 @@ def conditions_markdown(conditions: dict) -> str:
     lines = [
         f"- **Cold reads**: {c['chunks']} chunk files × {c['chunk_mib']:g} MiB per load, one worker; the patched "
         f"build at load bounds {', '.join(map(str, c['load_bounds']))} (configured: {c['load_concurrency']}), "
-        f"upstream one key at a time; {c['rounds']} rounds; page cache defeated by {c['page_cache']} in every load"
+        f"upstream one key at a time; {_rounds_text(c)}; page cache defeated by {c['page_cache']} in every load"
         + ("; the patched build once more at the configured bound checking each chunk's CRC-32 on load "
            "(patches/0003), on the same files, all written with their checksums" if c.get("verify_checksum") else ""),
         f"- **LMCache builds**: {versions}",
@@ -344,8 +439,15 @@ def targets_text(measured: Measured) -> str:
     for row in measured.targets.itertuples():
         sign = "≥" if row.at_least else "≤"
         interval = f" [{row.low:.2f}, {row.high:.2f}]" if row.rounds > 1 else ""
+        how = f"{row.rounds} rounds, stopped: {row.stop}" if row.stop != FIXED_ROUNDS else ""
+        if row.verdict == stats.UNDECIDED and row.to_decide:
+            how += f"{'; ' if how else ''}to decide it: {row.to_decide}"
+        if isinstance(row.outlier_rounds, str) and row.outlier_rounds:
+            without = (f" [{row.low_without_outliers:.2f}, {row.high_without_outliers:.2f}] without it"
+                       if pd.notna(row.low_without_outliers) else "")
+            how += f"{'; ' if how else ''}outlier round(s) {row.outlier_rounds} (Hampel's rule){without}"
         lines.append(f"{row.verdict}: {row.target} = {row.figure:.2f}{interval} (target {sign} {row.threshold:g}; "
-                     f"{row.interval}); {row.detail}")
+                     f"{row.interval}); {row.detail}" + (f" ({how})" if how else ""))
     if not measured.conditions["device_rewards_parallelism"]:
         lines.append("This device does not reward parallel reads (fio's best queue depth is less than "
                      f"{PARALLEL_GAIN}× depth 1), so the 2× gain over upstream cannot show here; the target is "

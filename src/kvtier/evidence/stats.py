@@ -132,12 +132,17 @@ def _present(value) -> bool:
     return value is not None and not math.isnan(value)
 
 
-def paired_ratios(numerator: dict, denominator: dict) -> list[float]:
-    """Per-round ratios of two sides measured in the same rounds ({round: value}); a round missing either side,
-    or with a zero denominator, is left out."""
+def paired_by_round(numerator: dict, denominator: dict) -> dict:
+    """{round: numerator / denominator} of the rounds that measured both sides ({round: value}), in round
+    order; a round missing either side, or with a zero denominator, is left out."""
     rounds = sorted(set(numerator) & set(denominator))
-    return [numerator[r] / denominator[r] for r in rounds
-            if _present(numerator[r]) and _present(denominator[r]) and denominator[r] != 0]
+    return {r: numerator[r] / denominator[r] for r in rounds
+            if _present(numerator[r]) and _present(denominator[r]) and denominator[r] != 0}
+
+
+def paired_ratios(numerator: dict, denominator: dict) -> list[float]:
+    """Per-round ratios of two sides measured in the same rounds, in round order (paired_by_round)."""
+    return list(paired_by_round(numerator, denominator).values())
 
 
 def ratio(numerator: dict, denominator: dict, **options) -> Estimate:

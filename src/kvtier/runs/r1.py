@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..bench.records import RecordWriter
-from ..bench.runner import RUN_FILE
+from ..bench.runner import RUN_FILE, write_run
 from ..core.errors import KvtierError
 from ..probes import ckptsave, coldread, fio, pagecache, platform_probe, quiet
 from ..probes.platform_probe import PLATFORM_FILE
@@ -48,6 +48,7 @@ CHECKSUM = "patched_checksum"  # the patched build checking each chunk's CRC-32 
 COLDREAD_FILE, FIO_FILE, CHECKPOINT_FILE, RAWREAD_FILE = ("coldread.jsonl", "fio.jsonl", "checkpoint.jsonl",
                                                           "rawread.jsonl")
 COLDREAD_DIR = "kvtier-r1-coldread"
+FIXED, DECIDED, ROUNDS_SPENT, MINUTES_SPENT = "fixed rounds", "decided", "rounds spent", "minutes spent"
 RESUME_POOL_DIR = "kvtier-r1-resume"
 RESUME_RUN = "resume"
 ENGINE_HIT_RUN = "engine_hit"
@@ -64,6 +65,10 @@ class ReadSettings:
     use_odirect: bool = True  # the fs adapter reads with O_DIRECT (lmcache.use_odirect), both builds
     queue_depths: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16, 32])
     rounds: int = 5
+    # Sequential rounds: after `rounds`, one more at a time of what the targets still undecided need, up to
+    # `max_rounds` or until the run has taken `budget_s` (None: fixed rounds; the judge is evidence.r1's).
+    max_rounds: int | None = None
+    budget_s: float | None = None
     checkpoint: dict = field(default_factory=dict)  # kvtier.probes.ckptsave.CheckpointSpec fields
     timeout_s: float = 600.0
     quiet: dict | None = None  # wait for a quiet machine before each timed read or save (QuietBounds fields)
@@ -76,6 +81,15 @@ class ReadSettings:
                             ("rounds", self.rounds)):
             if not isinstance(value, int) or value < 1:
                 raise KvtierError(f"R1 settings: {name} must be a positive integer, not {value!r}")
+        if self.max_rounds is not None and (not isinstance(self.max_rounds, int) or self.max_rounds < self.rounds):
+            raise KvtierError(f"R1 settings: max_rounds {self.max_rounds!r} must be an integer of at least rounds "
+                              f"({self.rounds})")
+        if (self.max_rounds or self.rounds) > self.rounds and self.rounds < 2:
+            raise KvtierError(f"R1 settings: sequential rounds (max_rounds {self.max_rounds}) need at least 2 rounds "
+                              f"first, not {self.rounds}")
+        if self.budget_s is not None and (isinstance(self.budget_s, bool) or not isinstance(self.budget_s, (int, float))
+                                          or self.budget_s <= 0):
+            raise KvtierError(f"R1 settings: budget_s must be a positive number of seconds, not {self.budget_s!r}")
         if not self.queue_depths or any(not isinstance(q, int) or q < 1 for q in self.queue_depths):
             raise KvtierError(f"R1 settings: queue_depths must be positive integers, not {self.queue_depths!r}")
         if not self.chunk_mib > 0:
@@ -120,23 +134,63 @@ def cold_loads(build_dir: str, pool: Path, settings: ReadSettings, loads: list[t
     return records
 
 
-def _round_loads(settings: ReadSettings, forward: bool) -> list[tuple[str, list[tuple[str, int, bool]]]]:
-    """One round's cold loads, grouped by the build that makes them: [(build, [(reader, bound, checked)])]. The
-    order of readers and bounds alternates from round to round; the patched build's loads with and without
-    checksums are adjacent either way, so one Python makes them all."""
+def _round_loads(settings: ReadSettings, forward: bool,
+                 only: dict[str, list[int]] | None = None) -> list[tuple[str, list[tuple[str, int, bool]]]]:
+    """One round's cold loads, grouped by the build that makes them: [(build, [(reader, bound, checked)])]; with
+    `only` ({reader: bounds}), just those. The order of readers and bounds alternates from round to round; the
+    patched build's loads with and without checksums are adjacent either way, so one Python makes them all."""
     bounds = settings.load_bounds() if forward else settings.load_bounds()[::-1]
     groups: list[tuple[str, list[tuple[str, int, bool]]]] = []
     for reader in (settings.readers() if forward else settings.readers()[::-1]):
         build = "patched" if reader == CHECKSUM else reader
         loads = {"upstream": [1], "patched": bounds, CHECKSUM: [settings.load_concurrency]}[reader]
+        if only is not None:
+            loads = [bound for bound in loads if bound in only.get(reader, ())]
+        if not loads:
+            continue
         if not groups or groups[-1][0] != build:
             groups.append((build, []))
         groups[-1][1].extend((reader, bound, reader == CHECKSUM) for bound in loads)
     return groups
 
 
-def run_reads(settings: ReadSettings, run_dir: str | os.PathLike) -> dict:
-    """R1 (a) and (b): interleaved rounds of cold loads per build, fio per queue depth, checkpoint saves."""
+class _Looks:
+    """The sequential plan of a reads run: after the first rounds, whether to stop. Each look (the targets still
+    undecided after it) and why the rounds stopped go into run.json's `sequential`, written at every look."""
+
+    def __init__(self, settings: ReadSettings, undecided: Callable[[Path], dict] | None, run: dict, run_dir: Path):
+        most = settings.max_rounds or settings.rounds
+        self.undecided = undecided if most > settings.rounds else None
+        self.run, self.run_dir = run, run_dir
+        self.record = run["sequential"] = {"rounds": settings.rounds, "max_rounds": most,
+                                           "budget_s": settings.budget_s, "looks": [],
+                                           "stop": FIXED if self.undecided is None else None}
+        self.started = time.monotonic()
+        self.needs: dict | None = None
+
+    def stop_after(self, rounds: int) -> bool:
+        """After `rounds` rounds: True to stop; otherwise `needs` says what the next round measures."""
+        if self.undecided is None:
+            return True
+        needs = self.undecided(self.run_dir)
+        seconds = round(time.monotonic() - self.started, 1)
+        self.record["looks"].append({"after_rounds": rounds, "seconds": seconds, "undecided": needs["targets"]})
+        if not needs["targets"]:
+            self.record["stop"] = DECIDED
+        elif rounds >= self.record["max_rounds"]:
+            self.record["stop"] = ROUNDS_SPENT
+        elif self.record["budget_s"] and seconds >= self.record["budget_s"]:
+            self.record["stop"] = MINUTES_SPENT
+        self.needs = needs
+        write_run(self.run_dir, self.run)
+        return self.record["stop"] is not None
+
+
+def run_reads(settings: ReadSettings, run_dir: str | os.PathLike,
+              undecided: Callable[[Path], dict] | None = None) -> dict:
+    """R1 (a) and (b): interleaved rounds of cold loads per build, fio per queue depth, checkpoint saves. With a
+    sequential plan (settings.max_rounds) and a judge (`undecided`: the reads directory -> {"targets", "loads",
+    "depths"} still undecided, kvtier.evidence.r1.undecided_reads), more rounds of only what is undecided."""
     run_dir = Path(run_dir)
     fio_version = fio.version()  # refuses a missing fio before anything is written
     if settings.use_odirect:
@@ -148,7 +202,7 @@ def run_reads(settings: ReadSettings, run_dir: str | os.PathLike) -> dict:
     with RunRecord(run_dir, "r1-reads", asdict(settings),
                     {"fio": fio_version, "lmcache_versions": versions, "sites": sites,
                      "checkpoint_spec": asdict(spec), "page_cache": coldread.page_cache(settings.use_odirect),
-                     "platform": PLATFORM_FILE}):
+                     "platform": PLATFORM_FILE}) as run:
         platform_probe.write(run_dir / PLATFORM_FILE, {"local_disk": settings.local_disk_path,
                                                        "shared_pool": settings.pool_path, "run_dir": str(run_dir)},
                              lmcache_build=settings.builds["patched"])
@@ -158,27 +212,35 @@ def run_reads(settings: ReadSettings, run_dir: str | os.PathLike) -> dict:
         chunk_bytes = int(settings.chunk_mib * 2**20)
         targets = {"local_disk": settings.local_disk_path, "shared_pool": settings.pool_path}
         check = quiet.hook(settings.quiet)  # built once, called before each timed read and save
+        ledger = _Looks(settings, undecided, run, run_dir)
         try:
             if settings.verify_checksum:  # every file written with its checksum, so that each check has one to check
                 cold_loads(settings.builds["patched"], pool, settings, [], verify_checksum=True)
             with RecordWriter(run_dir / COLDREAD_FILE) as coldreads, RecordWriter(run_dir / FIO_FILE) as fios, \
                     RecordWriter(run_dir / CHECKPOINT_FILE) as checkpoints:
-                for round_ in range(settings.rounds):
-                    for build, loads in _round_loads(settings, forward=round_ % 2 == 0):
+                round_, needs = 0, None  # needs: after the first rounds, what the undecided targets measure
+                while True:
+                    forward = round_ % 2 == 0  # alternate the order of builds and bounds from round to round
+                    for build, loads in _round_loads(settings, forward, needs and needs["loads"]):
                         records = cold_loads(settings.builds[build], pool, settings,
                                              [(bound, checked) for _, bound, checked in loads])
                         for (reader, _, _), record in zip(loads, records):
                             coldreads.write({"round": round_, "build": reader, **record})
-                    for depth in settings.queue_depths:
+                    for depth in (settings.queue_depths if needs is None else needs["depths"]):
                         found = _quiet(check)
                         fios.write({"round": round_, **fio.direct_read(pool, settings.chunks * chunk_bytes,
                                                                        chunk_bytes, depth, settings.timeout_s),
                                     "quiet": found})
-                    for target, directory in targets.items():
-                        for writer in (ckptsave.WRITERS if round_ % 2 == 0 else ckptsave.WRITERS[::-1]):
+                    for target, directory in (targets.items() if needs is None else ()):  # no target rests on them
+                        for writer in (ckptsave.WRITERS if forward else ckptsave.WRITERS[::-1]):
                             found = _quiet(check)
                             checkpoints.write({"round": round_, "target": target,
                                                **ckptsave.save(shards, directory, writer), "quiet": found})
+                    round_ += 1
+                    if round_ >= settings.rounds:
+                        if ledger.stop_after(round_):
+                            break
+                        needs = ledger.needs
         finally:
             shutil.rmtree(pool, ignore_errors=True)
     return json.loads((run_dir / RUN_FILE).read_text())
