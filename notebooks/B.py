@@ -159,6 +159,23 @@ display(boundary.cell_medians(measured.grid).style.hide(axis="index").format(pre
 print(measured.correctness.to_string(index=False))
 
 # %% [markdown]
+# ## Mismatches replayed alone
+#
+# After the rounds, with both stacks still up, every request whose greedy output differed between the schemes is
+# sent again alone (batch of one) on each, right after that scheme's vLLM prefix cache is reset: engine_only
+# recomputes the whole prompt, offload loads what LMCache still holds of it (`offload_alone_cached_tokens`) and
+# computes the rest. Identical alone: the difference came from serving it in a batch (vLLM's CPU kernels are not
+# batch-invariant), not from the KV. Still different alone: the KV offload loaded gives another answer than
+# recomputing it, and the cell stays "not a valid measurement". `boundary.replay_controls` requests whose outputs
+# matched are replayed the same way (`why` = control), as a check of the method (`kvtier.runs.boundary_replay`).
+
+# %% tags=["nbval-check-output"]
+if measured.replays.empty:
+    print("no request was replayed (no mismatch, and no control configured or recorded in this run)")
+else:
+    print(measured.replays.to_string(index=False))
+
+# %% [markdown]
 # ## Document 000's statements, against this map (shape only)
 #
 # Document 000 states where its boundary lies: the engine ("VRAM scheme") wins at low concurrency and short

@@ -15,8 +15,9 @@ from pathlib import Path
 import pandas as pd
 
 # Tables whose rows are what the runs measured differently (R4: the platform fields that differ between runs; B's
-# outputs compared round by round: a sequential run measures some cells in more rounds than others).
-ROWS_VARY = ("R4/", "B/B_correctness.csv")
+# outputs compared round by round: a sequential run measures some cells in more rounds than others, and replays
+# requests of its last round).
+ROWS_VARY = ("R4/", "B/B_correctness.csv", "B/B_replays.csv")
 
 
 def evidence_shape(project: str | Path) -> dict:

@@ -211,8 +211,8 @@ def test_the_page_reads_a_boundary_directory_and_explains_each_cell(tmp_path):
     written = boundary.write_evidence(measured, tmp_path / "out", [("ttft_p50_s", 1.0)], png_scale=1,
                                       statements=statements)
     assert sorted(p.name for p in written) == ["B_attribution.csv", "B_cells.csv", "B_chart.png", "B_chart.svg",
-                                               "B_correctness.csv", "B_crossovers.csv", "B_sla.csv",
-                                               "B_statements.csv", "B_winners.csv"]
+                                               "B_correctness.csv", "B_crossovers.csv", "B_replays.csv",
+                                               "B_sla.csv", "B_statements.csv", "B_winners.csv"]
     crossings = pd.read_csv(tmp_path / "out" / "B_crossovers.csv")
     assert crossings.loc[crossings["along"] == "concurrency", "crossover"].tolist() == [
         "engine_only → offload between 2 and 4"]
@@ -249,3 +249,38 @@ def test_a_grid_with_per_request_pairs_is_judged_on_them_not_on_the_ratio_of_p50
     assert row["statistic"] == boundary.PAIRED_WORDS and row["requests_per_round"] == "16"
     (plain,) = boundary.winners(grid.drop(columns=["ttft_paired_ratio"])).to_dict("records")
     assert plain["winner"] == "tie" and plain["to_decide"]
+
+
+@pytest.mark.parametrize("identical_alone, offload_cached, word", [
+    (True, 4096, "1 of 8 differ (round 2): each identical alone: batch dependence of the kernels, not a wrong KV "
+                 "(replayed alone)"),
+    (False, 4096, "1 of 8 differ (round 2); replayed alone, 0 of 1 shown to be batch dependence: not a valid "
+                  "measurement until explained"),
+    (True, 0, "1 of 8 differ (round 2); replayed alone, 0 of 1 shown to be batch dependence: not a valid "
+              "measurement until explained"),
+])
+def test_a_mismatch_replayed_alone_explains_its_cell_or_leaves_it_invalid(identical_alone, offload_cached, word):
+    from kvtier.runs.boundary import REPLAY_COLUMNS
+    correctness = pd.DataFrame([{"round": 2, "context_tokens": 4096, "concurrency": 4, "requests": 8,
+                                 "compared": 8, "identical": 7}])
+    replays = pd.DataFrame([
+        {"round": 2, "context_tokens": 4096, "concurrency": 4, "request_id": "mt-L4096-c4-0003/turn2",
+         "why": "mismatch", "identical_in_cell": False, "identical_alone": identical_alone,
+         "engine_alone_as_in_cell": True, "engine_alone_cached_tokens": 0,
+         "offload_alone_cached_tokens": offload_cached, "failed": ""},
+        {"round": 2, "context_tokens": 4096, "concurrency": 4, "request_id": "mt-L4096-c4-0000/turn2",
+         "why": "control", "identical_in_cell": True, "identical_alone": True, "engine_alone_as_in_cell": True,
+         "engine_alone_cached_tokens": 0, "offload_alone_cached_tokens": 4096, "failed": ""}], columns=REPLAY_COLUMNS)
+    assert boundary.outputs_word(correctness, 4096, 4, replays) == word
+    explained = boundary.with_explanation(replays)["explanation"].tolist()
+    assert explained[1] == "control, identical in the cell and alone (offload loaded 4096 prompt tokens from LMCache)"
+    if not offload_cached:  # nothing came from LMCache: the replay says nothing of the KV
+        assert explained[0] == "LMCache no longer held the prompt, both replays recomputed it: cannot tell"
+    # Which requests are replayed: every mismatch, then the controls from the last round.
+    from kvtier.runs.boundary_replay import chosen
+    outputs = {(1, "engine_only", 1024, 2): {"a": ("x", 0.1), "b": ("y", 0.1)},
+               (1, "offload", 1024, 2): {"a": ("x", 0.1), "b": ("z", 0.1)},
+               (2, "engine_only", 1024, 2): {"a": ("x", 0.1), "b": ("y", 0.1)},
+               (2, "offload", 1024, 2): {"a": ("x", 0.1), "b": ("y", 0.1)}}
+    assert chosen(outputs, 1) == [(1, 1024, 2, "b", "mismatch"), (2, 1024, 2, "a", "control")]
+    assert chosen(outputs, 0) == [(1, 1024, 2, "b", "mismatch")]

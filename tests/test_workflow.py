@@ -416,6 +416,15 @@ def test_B_renders_the_measured_boundary_with_its_reasons(built, tmp_path):
     assert shares.loc[("offload", 1024, 4), ["l1_frac", "l2_frac"]].sum() > 0.8
     assert (measured.correctness["identical"] == measured.correctness["compared"]).all()
     assert (measured.correctness["compared"] > 0).all()
+    # No mismatch here, so only the control was replayed alone on both stacks (the method's own check): engine_only
+    # recomputed the prompt, offload loaded it from LMCache (vLLM's prefix cache reset first), and they agree.
+    replays = measured.replays
+    assert list(replays["why"]) == ["control"] and replays["failed"].isna().all(), replays.to_dict("records")
+    control = replays.iloc[0]
+    assert control["engine_alone_cached_tokens"] == 0 and control["offload_alone_cached_tokens"] > 0
+    assert control["identical_alone"] and control["engine_alone_as_in_cell"], control.to_dict()
+    assert control["explanation"].startswith("control, identical in the cell and alone")
+    assert (page / "B_replays.csv").is_file() and "Mismatches replayed alone" in html
     conditions = json.loads((built / "raw_data" / "runs" / "test" / "B" / "conditions.json").read_text())
     # vLLM's own report of its KV capacity: what the preset asked for (3072 tokens), to a block.
     assert conditions["engine_kv_tokens_reported"]["engine_only"] <= 3072 + 128, conditions

@@ -325,13 +325,16 @@ def _cmd_boundary_run(args) -> None:
     from .evidence.boundary import undecided_cells
     from .evidence.sequential import Plan
     from .runs.boundary import BoundaryRounds, BoundarySettings, run_rounds
+    from .runs.boundary_replay import replay
     plan = BoundaryRounds(args.rounds, args.max_rounds, args.cell_budget_s)
     settings = _settings(BoundarySettings, args.settings, "--settings")
     judge = None
     if plan.most > plan.rounds:
         sequential = Plan(plan.rounds, plan.most)
         judge = lambda frame: undecided_cells(frame, sequential)  # noqa: E731 - the judge between rounds
-    summaries = run_rounds(settings, plan, args.boundary_dir, undecided=judge)
+    summaries = run_rounds(settings, plan, args.boundary_dir, undecided=judge,
+                           after_rounds=lambda stacks: replay(settings, stacks, args.boundary_dir,
+                                                              settings.replay_controls))
     print(f"boundary: {len(summaries)} cell runs, {args.rounds} round(s) of every cell"
           + (f", up to {plan.most} for an undecided one" if judge else "") + f", into {args.boundary_dir}")
 

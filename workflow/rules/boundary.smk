@@ -45,6 +45,7 @@ rule boundary:
         rounds=f"{BOUNDARY_DIR}/B_rounds.csv",
         attribution=f"{BOUNDARY_DIR}/B_attribution.csv",
         correctness=f"{BOUNDARY_DIR}/B_correctness.csv",
+        replays=f"{BOUNDARY_DIR}/B_replays.csv",
         conditions=f"{BOUNDARY_DIR}/conditions.json",
     params:
         boundary_dir=lambda wildcards, output: os.path.dirname(output.rounds),
@@ -68,6 +69,7 @@ rule render_B:
         rounds=rules.boundary.output.rounds,
         attribution=rules.boundary.output.attribution,
         correctness=rules.boundary.output.correctness,
+        replays=rules.boundary.output.replays,
         conditions=rules.boundary.output.conditions,
         published=f"{PUBLISHED}/B_readings.csv",
         claims=f"{PUBLISHED}/claims.yaml",

@@ -25,7 +25,7 @@ import pandas as pd
 from ..core.errors import KvtierError
 from ..core.table_io import read_table
 from ..core.tiers import ENGINE_ONLY, OFFLOAD
-from ..runs.boundary import ROUNDS_FILE
+from ..runs.boundary import REPLAY_COLUMNS, ROUNDS_FILE
 from . import sequential, stats, tables
 
 ENGINE = ENGINE_ONLY
@@ -226,8 +226,35 @@ def mismatches(correctness: pd.DataFrame) -> pd.DataFrame:
     return found[found["differ"] > 0].reset_index(drop=True)
 
 
-def outputs_word(correctness: pd.DataFrame, context: int, concurrency: int) -> str:
-    """A cell's greedy outputs over its rounds: "identical", "N of M differ (rounds r, ...)", or "not compared"."""
+BATCH_DEPENDENCE = "identical alone: batch dependence of the kernels, not a wrong KV"
+DIFFERS_ALONE = "differs alone too: the KV offload loaded gives another answer than recompute at batch one"
+
+
+def replay_word(row) -> str:
+    """What one request replayed alone says (kvtier.runs.boundary_replay): a mismatch identical alone is the
+    kernels' batch dependence; one that still differs is a KV that gives another answer. Only when offload's
+    replay found prompt tokens in LMCache (vLLM's own prefix cache was reset) does it tell anything."""
+    if isinstance(row["failed"], str) and row["failed"]:  # read back from CSV, none failed is empty
+        return f"the replay failed on {row['failed']}: cannot tell"
+    if pd.isna(row["offload_alone_cached_tokens"]) or not row["offload_alone_cached_tokens"]:
+        return "LMCache no longer held the prompt, both replays recomputed it: cannot tell"
+    loaded = f"offload loaded {int(row['offload_alone_cached_tokens'])} prompt tokens from LMCache"
+    if row["why"] == "control":
+        return (f"control, identical in the cell and alone ({loaded})" if row["identical_alone"] else
+                f"control differs alone ({loaded}): the replay cannot tell batch dependence from the KV")
+    return f"{BATCH_DEPENDENCE if row['identical_alone'] else DIFFERS_ALONE} ({loaded})"
+
+
+def with_explanation(replays: pd.DataFrame) -> pd.DataFrame:
+    """B_replays with `explanation`: what each replay says (replay_word)."""
+    return replays.assign(explanation=[replay_word(row) for _, row in replays.iterrows()])
+
+
+def outputs_word(correctness: pd.DataFrame, context: int, concurrency: int,
+                 replays: pd.DataFrame | None = None) -> str:
+    """A cell's greedy outputs over its rounds: "identical", "N of M differ (rounds r, ...)" with what replaying
+    them alone found, or "not compared". A cell stays "not a valid measurement" unless every one of its
+    mismatches was identical alone."""
     here = correctness[(correctness["context_tokens"] == context) & (correctness["concurrency"] == concurrency)]
     if here.empty or not here["compared"].sum():
         return "not compared"
@@ -235,8 +262,16 @@ def outputs_word(correctness: pd.DataFrame, context: int, concurrency: int) -> s
     if differ.empty:
         return "identical"
     n = int((differ["compared"] - differ["identical"]).sum())
-    return (f"{n} of {int(here['compared'].sum())} differ (round{'s' * (len(differ) > 1)} "
-            f"{', '.join(str(int(r)) for r in differ['round'])}): not a valid measurement until explained")
+    head = (f"{n} of {int(here['compared'].sum())} differ (round{'s' * (len(differ) > 1)} "
+            f"{', '.join(str(int(r)) for r in differ['round'])})")
+    mine = pd.DataFrame() if replays is None or replays.empty else with_explanation(replays[
+        (replays["context_tokens"] == context) & (replays["concurrency"] == concurrency)
+        & (replays["why"] == "mismatch")])
+    batch = int(mine["explanation"].str.startswith(BATCH_DEPENDENCE).sum()) if not mine.empty else 0
+    if n and batch == n:
+        return f"{head}: each {BATCH_DEPENDENCE} (replayed alone)"
+    found = f"; replayed alone, {batch} of {len(mine)} shown to be batch dependence" if not mine.empty else ""
+    return f"{head}{found}: not a valid measurement until explained"
 
 
 def parse_slas(text: str) -> list[tuple[str, float]]:
@@ -283,6 +318,7 @@ def sla_regions(grid: pd.DataFrame, slas: list[tuple[str, float]]) -> pd.DataFra
 # The page (notebooks/B.py)
 
 ATTRIBUTION_FILE, CORRECTNESS_FILE, CONDITIONS_FILE = "B_attribution.csv", "B_correctness.csv", "conditions.json"
+REPLAYS_FILE = "B_replays.csv"  # absent from runs made before the replays: none replayed
 SHARES = ("engine_frac", "l1_frac", "l2_frac", "recompute_frac")
 
 
@@ -294,6 +330,7 @@ class Measured:
     correctness: pd.DataFrame
     conditions: dict
     won: pd.DataFrame
+    replays: pd.DataFrame  # requests replayed alone (kvtier.runs.boundary_replay), with their explanation
 
 
 def load(boundary_dir: str | os.PathLike) -> Measured:
@@ -308,8 +345,12 @@ def load(boundary_dir: str | os.PathLike) -> Measured:
         found[name] = json.loads(path.read_text()) if name.endswith(".json") else read_table(path)
     won = winners(grid)
     correctness = found[CORRECTNESS_FILE]
-    won["outputs"] = [outputs_word(correctness, x, c) for x, c in zip(won["context_tokens"], won["concurrency"])]
-    return Measured(grid, found[ATTRIBUTION_FILE], correctness, found[CONDITIONS_FILE], won)
+    replays = (read_table(boundary_dir / REPLAYS_FILE) if (boundary_dir / REPLAYS_FILE).is_file()
+               else pd.DataFrame(columns=REPLAY_COLUMNS))
+    replays = with_explanation(replays)
+    won["outputs"] = [outputs_word(correctness, x, c, replays)
+                      for x, c in zip(won["context_tokens"], won["concurrency"])]
+    return Measured(grid, found[ATTRIBUTION_FILE], correctness, found[CONDITIONS_FILE], won, replays)
 
 
 def cell_medians(grid: pd.DataFrame) -> pd.DataFrame:
@@ -342,7 +383,8 @@ def heatmap(won: pd.DataFrame, title: tuple[str, ...] | None = None):
         title = ("offload / engine_only", *(("per-request TTFT ratios:", "median, then over rounds") if by_request
                                             else ("TTFT p50, median over rounds",)))
     brackets = bracket_cells(won)
-    differ = won["outputs"].str.contains("differ") if "outputs" in won.columns else pd.Series(False, index=won.index)
+    differ = (won["outputs"].str.contains("until explained") if "outputs" in won.columns
+              else pd.Series(False, index=won.index))
     shown = won.assign(label=won["ratio"].map(lambda r: f"{r:.2f}") + "\n" + won["winner"] + differ.map(
                            {True: " †", False: ""}),
                        crossover=[(ctx, c) in brackets for ctx, c in zip(won["context_tokens"], won["concurrency"])])
@@ -373,7 +415,7 @@ def write_evidence(measured: Measured, out_dir: str | os.PathLike, slas: list[tu
               "B_sla.csv": sla_regions(measured.grid, slas),
               "B_attribution.csv": attribution_medians(measured.attribution),
               "B_crossovers.csv": crossover_table(measured.won),
-              "B_correctness.csv": with_differ(measured.correctness)}
+              "B_correctness.csv": with_differ(measured.correctness), "B_replays.csv": measured.replays}
     if statements is not None:
         frames["B_statements.csv"] = pd.DataFrame(
             [{"id": r["id"], "check": r["check"], "metric": r["metric"], "verdict": r["verdict"],

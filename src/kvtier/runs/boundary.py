@@ -64,6 +64,7 @@ class BoundarySettings:
     followup_tokens: int = 32
     output_tokens: int = 16
     min_requests: int = 16  # measured requests (later turns) per cell window at least: low concurrency gets more turns
+    replay_controls: int = 1  # matched requests replayed alone beside the mismatched ones (kvtier.runs.boundary_replay)
     schemes: list[str] = field(default_factory=lambda: list(SCHEMES))
 
     def __post_init__(self):
@@ -74,6 +75,9 @@ class BoundarySettings:
             values = getattr(self, name)
             if not values or any(not isinstance(v, int) or v < 1 for v in values):
                 raise KvtierError(f"boundary {name} {values}: a list of integers >= 1")
+        if not isinstance(self.replay_controls, int) or isinstance(self.replay_controls, bool) \
+                or self.replay_controls < 0:
+            raise KvtierError(f"boundary replay_controls {self.replay_controls!r}: an integer >= 0")
         if self.sessions_per_slot < 1 or self.turns < 2 or not 0 <= self.reuse <= 1 or self.min_requests < 1:
             raise KvtierError(f"boundary: sessions_per_slot >= 1, turns >= 2, reuse in [0, 1], min_requests >= 1; "
                               f"got {self.sessions_per_slot}, {self.turns}, {self.reuse}, {self.min_requests}")
@@ -162,6 +166,18 @@ SEQUENTIAL_FILE = "sequential.json"  # <boundary_dir>/cells/: the plan, and per 
 FIXED, DECIDED, ROUNDS_SPENT, MINUTES_SPENT = "fixed rounds", "decided", "rounds spent", "minutes spent"
 
 
+def cell_config(settings: BoundarySettings, stack: TierStack, round_: int, context: int, c: int) -> BenchConfig:
+    """The client's configuration of one cell in one round on one scheme's stack: both schemes serve the same
+    seeded conversations, turns and order in a round."""
+    tier = settings.tier_settings()
+    return BenchConfig(base_url=stack.vllm.base_url, model=tier.served_name, workload="multi-turn",
+                       sessions=settings.sessions_per_slot * c, context_tokens=context,
+                       followup_tokens=settings.followup_tokens,
+                       output_tokens=settings.output_tokens, turns=settings.turns_for(c),
+                       reuse=settings.reuse, concurrency=[c], seed=tier.seed + round_,
+                       timeout_s=tier.timeout_s, metrics_urls=stack.metrics_urls())
+
+
 def _measure_cell(settings: BoundarySettings, stacks: dict, out_dir: Path, round_: int, index: int, context: int,
                   c: int) -> list[dict]:
     """One cell of one round: each scheme in its turn's order; the summaries."""
@@ -169,12 +185,7 @@ def _measure_cell(settings: BoundarySettings, stacks: dict, out_dir: Path, round
     summaries = []
     for scheme in scheme_order(settings.schemes, round_, index):
         stack = stacks[scheme]
-        cfg = BenchConfig(base_url=stack.vllm.base_url, model=tier.served_name, workload="multi-turn",
-                          sessions=settings.sessions_per_slot * c, context_tokens=context,
-                          followup_tokens=settings.followup_tokens,
-                          output_tokens=settings.output_tokens, turns=settings.turns_for(c),
-                          reuse=settings.reuse, concurrency=[c], seed=tier.seed + round_,
-                          timeout_s=tier.timeout_s, metrics_urls=stack.metrics_urls())
+        cfg = cell_config(settings, stack, round_, context, c)
         metadata = {"scheme": scheme, "round": round_, "context_tokens": context, "concurrency": c,
                     "engine_kv_tokens": tier.engine_kv_tokens,
                     "cell_index": index, "servers": server_commands(stack),
@@ -194,12 +205,14 @@ def _write_sequential(out_dir: Path, plan: BoundaryRounds, cells: dict) -> None:
 
 
 def run_rounds(settings: BoundarySettings, plan: BoundaryRounds | int, boundary_dir: str | os.PathLike,
-               undecided: Callable[[pd.DataFrame], set] | None = None) -> list[dict]:
+               undecided: Callable[[pd.DataFrame], set] | None = None,
+               after_rounds: Callable[[dict], object] | None = None) -> list[dict]:
     """The grid's rounds into `<boundary_dir>/cells/round-<r>/`: both schemes' servers started side by side once,
     `plan.rounds` rounds of every cell in each round's order, then (when `plan.max_rounds` is larger and
     `undecided` judges the rounds so far: (context, concurrency) of the cells still undecided) one more round at
-    a time of the undecided cells within their budget; servers stopped whatever happens. Per cell, its rounds and
-    why it stopped go to cells/sequential.json. Returns the cells' summaries."""
+    a time of the undecided cells within their budget; then `after_rounds` with the stacks still up ({scheme:
+    stack}: kvtier.runs.boundary_replay); servers stopped whatever happens. Per cell, its rounds and why it
+    stopped go to cells/sequential.json. Returns the cells' summaries."""
     plan = BoundaryRounds(plan) if isinstance(plan, int) else plan
     out_dir = Path(boundary_dir) / CELLS_DIR
     tier = settings.tier_settings()
@@ -248,6 +261,8 @@ def run_rounds(settings: BoundarySettings, plan: BoundaryRounds | int, boundary_
                 if entry["stop"] is None:
                     entry["stop"] = ROUNDS_SPENT if (context, c) in open_cells else DECIDED
         _write_sequential(out_dir, plan, ledger)
+        if after_rounds is not None:
+            after_rounds(stacks)
     finally:
         for stack in reversed(list(stacks.values())):
             stack.stop()
@@ -308,6 +323,11 @@ def _outputs(run_dir: Path) -> dict[str, tuple[str, float | None]]:
             if r["phase"].startswith("turns-") and r["error"] is None}
 
 
+def cell_outputs(boundary_dir: Path) -> dict[tuple[int, str, int, int], dict[str, tuple[str, float | None]]]:
+    """{(round, scheme, context, concurrency): {request id: (greedy output, TTFT)}} of every finished cell."""
+    return {(round_, scheme, context, c): _outputs(run) for round_, scheme, context, c, run in cells_of(boundary_dir)}
+
+
 def _pair_requests(rows: list[dict], outputs: dict) -> None:
     """Per cell and round, the candidate's TTFT against engine_only's request by request (the same conversation,
     turn and order: both schemes serve the same seeded workload in a round), as the median of the per-request
@@ -357,6 +377,37 @@ def round_frame(boundary_dir: Path) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=ROUND_COLUMNS) if not rows else pd.DataFrame(rows)[ROUND_COLUMNS]
 
 
+REPLAYS_FILE = "replays.jsonl"  # <boundary_dir>/cells/: mismatched requests replayed alone (runs.boundary_replay)
+REPLAY_COLUMNS = ["round", "context_tokens", "concurrency", "request_id", "why", "identical_in_cell",
+                  "identical_alone", "engine_alone_as_in_cell", "engine_alone_cached_tokens",
+                  "offload_alone_cached_tokens", "failed"]
+
+
+def replays_table(boundary_dir: Path, outputs: dict) -> pd.DataFrame:
+    """One row per request replayed alone (cells/replays.jsonl): whether the schemes' outputs were identical in the
+    cell and alone, whether engine_only alone said what it said in the cell, and the prompt tokens each replay
+    found cached (offload's: what LMCache still held, vLLM's own prefix cache having been reset)."""
+    path = boundary_dir / CELLS_DIR / REPLAYS_FILE
+    by_request: dict[tuple, dict] = {}
+    for r in (read_records(path) if path.is_file() else []):
+        labels = r["labels"]
+        key = (labels["round"], labels["context_tokens"], labels["concurrency"], labels["replay_of"], labels["why"])
+        by_request.setdefault(key, {})[labels["scheme"]] = r
+    rows = []
+    for (round_, context, c, rid, why), alone in sorted(by_request.items()):
+        in_cell = {scheme: outputs.get((round_, scheme, context, c), {}).get(rid, (None,))[0] for scheme in SCHEMES}
+        failed = [s for s in SCHEMES if s not in alone or alone[s]["error"] is not None]
+        texts = {s: alone[s]["output_text"] for s in alone}
+        rows.append({"round": round_, "context_tokens": context, "concurrency": c, "request_id": rid, "why": why,
+                     "identical_in_cell": in_cell[ENGINE] == in_cell[OFFLOAD],
+                     "identical_alone": None if failed else texts[ENGINE] == texts[OFFLOAD],
+                     "engine_alone_as_in_cell": None if failed else texts[ENGINE] == in_cell[ENGINE],
+                     "engine_alone_cached_tokens": alone.get(ENGINE, {}).get("cached_tokens"),
+                     "offload_alone_cached_tokens": alone.get(OFFLOAD, {}).get("cached_tokens"),
+                     "failed": " ".join(failed)})
+    return pd.DataFrame(rows, columns=REPLAY_COLUMNS)
+
+
 def read_sequential(boundary_dir: Path) -> dict | None:
     path = boundary_dir / CELLS_DIR / SEQUENTIAL_FILE
     return json.loads(path.read_text()) if path.is_file() else None
@@ -391,7 +442,8 @@ def aggregate(boundary_dir: str | os.PathLike) -> dict[str, pd.DataFrame]:
     tables = {ROUNDS_FILE.removesuffix(".csv"): frame[ROUND_COLUMNS + PLAN_COLUMNS],
               "B_attribution": frame[[c for c in frame.columns if c not in ROUND_COLUMNS[4:11] + PLAN_COLUMNS]],
               "B_correctness": pd.DataFrame(correctness, columns=["round", "context_tokens", "concurrency",
-                                                                  "requests", "compared", "identical"])}
+                                                                  "requests", "compared", "identical"]),
+              "B_replays": replays_table(boundary_dir, outputs)}
     for name, table in tables.items():
         write_table(table, boundary_dir / f"{name}.csv")
     written = {**conditions(boundary_dir, cells), "quiet": quiet.summary(quiet_of),
