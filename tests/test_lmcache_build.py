@@ -32,15 +32,17 @@ def test_the_patched_build_is_tagged_recorded_and_passes_its_own_tests(patched):
     assert record["artifact"]["sha256"] == sha256_file(out / record["artifact"]["file"])
     assert [p["file"] for p in record["patches"]] == [p.name for p in PATCHES]
     env = {**os.environ, "PYTHONPATH": str(out / "site")}
-    probe = subprocess.run([sys.executable, "-c", "import importlib.metadata as m, lmcache; "
-                            "from lmcache.v1.distributed.l2_adapters import fs_l2_adapter as f; "
-                            "print(m.version('lmcache'), lmcache.__version__, f.DEFAULT_LOAD_CONCURRENCY)"],
-                           env=env, capture_output=True, text=True, cwd=out)
-    assert probe.stdout.split() == [record["version"], record["version"], "16"], probe.stderr[-2000:]
-    # The unit tests the patches add, run against the build (upstream's pytest style).
+    # In one Python (torch and LMCache load once): the build's version as installed and as imported, the patched
+    # adapter's default bound, then the unit tests the patches add, run against the build (upstream's pytest style).
     tests = out / "tests"
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c", os.devnull,
-                           "--rootdir", str(tests), str(tests)], env=env, capture_output=True, text=True, cwd=tests)
+    script = ("import importlib.metadata as m, sys, lmcache, pytest; "
+              "from lmcache.v1.distributed.l2_adapters import fs_l2_adapter as f; "
+              "print('versions', m.version('lmcache'), lmcache.__version__, f.DEFAULT_LOAD_CONCURRENCY, flush=True); "
+              f"sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', '-c', {os.devnull!r}, '--rootdir', "
+              f"{str(tests)!r}, {str(tests)!r}]))")
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, cwd=tests)
+    versions = next((line.split()[1:] for line in done.stdout.splitlines() if line.startswith("versions ")), None)
+    assert versions == [record["version"], record["version"], "16"], done.stdout[-2000:] + done.stderr[-2000:]
     assert done.returncode == 0 and " passed" in done.stdout, done.stdout[-3000:] + done.stderr[-2000:]
 
 

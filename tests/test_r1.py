@@ -21,7 +21,7 @@ from conftest import ROOT, run
 FIXTURE = ROOT / "tests" / "fixtures" / "r1"
 CKPT = {"layers": 4, "hidden": 256, "intermediate": 512, "kv_dim": 64, "rank": 8, "shards": 2}
 # The quiet check runs before every timed read and save; bounds a busy test machine meets, so it never waits long.
-QUIET = {"max_dirty_mib": 4096, "max_cpu_busy": 1.0, "max_load_per_cpu": 1000, "sample_s": 0.2, "timeout_s": 5}
+QUIET = {"max_dirty_mib": 4096, "max_cpu_busy": 1.0, "max_load_per_cpu": 1000, "sample_s": 0.05, "timeout_s": 5}
 
 
 def test_dropped_files_leave_the_page_cache_and_reads_bring_them_back(tmp_path):
@@ -150,7 +150,7 @@ def test_reads_alternate_the_builds_and_every_load_starts_cold(reads):
     assert [(r["round"], r["iodepth"]) for r in fios] == [(0, 1), (0, 4), (1, 1), (1, 4)]
     saves = [json.loads(line) for line in (run_dir / r1_run.CHECKPOINT_FILE).read_text().splitlines()]
     # Each timed load (in the build's own Python), fio run and save waited for quiet and recorded it.
-    assert all(r["quiet"]["quiet"] and r["quiet"]["bounds"]["sample_s"] == 0.2 for r in loads + fios + saves)
+    assert all(r["quiet"]["quiet"] and r["quiet"]["bounds"]["sample_s"] == 0.05 for r in loads + fios + saves)
     assert {(r["target"], r["writer"]) for r in saves} == {(t, w) for t in ("local_disk", "shared_pool")
                                                            for w in ckptsave.WRITERS}
     assert len(saves) == 8
