@@ -92,7 +92,10 @@ if "G2" in records:
 #
 # TTFT p50 reduction and output tok/s gain of the candidate tier against the baseline, per concurrency, from the
 # per-round ratios of the campaign's interleaved rounds (median and interval: `kvtier.evidence.stats`). A line is
-# MET only when its whole interval clears the threshold; an UNDECIDED line is not a pass.
+# MET only when its whole interval clears the threshold; an UNDECIDED line is not a pass. Below them, per tier
+# compared (other than recompute), whether its greedy outputs were recompute's, request by request, in every round:
+# a tier whose outputs differ is not a valid measurement until explained, so its line is UNDECIDED and the gate
+# does not pass.
 
 # %% tags=["nbval-check-output"]
 if "G3" in records:
@@ -107,6 +110,9 @@ if "G3" in records:
     note = " ".join(records["G3"]["notes"])  # gates.g3.why
     display(Markdown(f"**Why this comparison.** {note}" if note else ""))
     display(page.styled_verdicts(page.g3_table(records["G3"])))
+    correct = page.g3_correctness(records["G3"])
+    if not correct.empty:
+        display(page.styled_verdicts(correct))
 
 # %% [markdown]
 # ## G4 — the stability soak (evidence R5)

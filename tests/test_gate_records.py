@@ -9,7 +9,8 @@ import pytest
 from test_render import make_notebook
 
 from kvtier.core.errors import KvtierError
-from kvtier.gates import g2, record
+from kvtier.core.table_io import read_table
+from kvtier.gates import g2, g3, page, record
 from kvtier.runs.g2_storage import StorageSettings, run_storage
 
 from conftest import ROOT, run
@@ -191,3 +192,34 @@ def test_gate_g3_on_the_campaign_fixture_keeps_its_reason(tmp_path):
     assert {line["name"] for line in result["lines"]} == {
         "concurrency 2: TTFT p50 reduction %", "concurrency 2: output tok/s gain %",
         "concurrency 4: TTFT p50 reduction %", "concurrency 4: output tok/s gain %"}
+
+
+def test_a_tier_whose_greedy_outputs_differ_leaves_g3_undecided_until_explained(tmp_path):
+    correctness = read_table(CAMPAIGN / "correctness.csv")
+    settings = g3.G3Settings("shared_pool", "engine")
+    lines = g3.correctness_lines(correctness, settings)  # both tiers compared with recompute: a line each
+    assert [(r["name"], r["verdict"], r["detail"]) for r in lines] == [
+        ("greedy outputs: shared_pool identical to recompute's", "MET", "every one identical"),
+        ("greedy outputs: engine identical to recompute's", "MET", "every one identical")]
+    # One request of one round differs: that tier's line is UNDECIDED, naming where, and the gate cannot pass.
+    changed = correctness.copy()
+    row = changed.index[(changed["tier"] == "shared_pool")][-1]
+    changed.loc[row, "identical_to_recompute"] -= 1
+    (line,) = g3.correctness_lines(changed, g3.G3Settings("shared_pool", "recompute"))
+    assert line["verdict"] == "UNDECIDED" and line["figure"].startswith(f"{int(changed[changed['tier'] == 'shared_pool']['identical_to_recompute'].sum())} of ")
+    assert line["detail"] == (f"differ in round {int(changed.loc[row, 'round'])} at concurrency "
+                              f"{int(changed.loc[row, 'concurrency'])}: not a valid measurement until explained")
+    measured = [{"name": "c2", "verdict": "MET"}]
+    assert g3.verdict(measured + [line]) == "UNDECIDED" and g3.verdict(measured) == "PASS"
+    # From the command line, into the record and the page's tables.
+    (tmp_path / "correctness.csv").write_text(changed.to_csv(index=False))
+    out = tmp_path / "G3.json"
+    proc = run(["kvtier", "gate-g3", "--rounds", str(CAMPAIGN / "R2_rounds.csv"), "--correctness",
+                str(tmp_path / "correctness.csv"), "--settings", json.dumps({"candidate": "shared_pool",
+                                                                             "baseline": "recompute"}),
+                "--out", str(out)], cwd=ROOT, check=False)
+    result = record.read(out)
+    assert proc.returncode == 1 and result["verdict"] == "UNDECIDED" and "not a valid measurement" in proc.stdout
+    assert len(result["inputs"]) == 2
+    assert page.g3_correctness(result)["verdict"].tolist() == ["UNDECIDED"]
+    assert len(page.g3_table(result)) == 4

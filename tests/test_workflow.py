@@ -472,7 +472,9 @@ def test_the_gates_ran_in_order_before_what_they_gate_and_their_page_shows_every
     # G3 is what kvtier.gates.g3 computes from the campaign's rounds, with the configured comparison and reason.
     settings = g3.G3Settings("shared_pool", "recompute")
     expected = g3.lines(read_table(campaign / "R2_rounds.csv"), settings)
+    expected += g3.correctness_lines(read_table(campaign / "correctness.csv"), settings)
     assert [(r["name"], r["verdict"]) for r in records["G3"]["lines"]] == [(r["name"], r["verdict"]) for r in expected]
+    assert expected[-1]["name"] == "greedy outputs: shared_pool identical to recompute's"
     assert records["G3"]["verdict"] == g3.verdict(expected) and "one disk" in records["G3"]["notes"][0]
     html = (built / "evidence" / "gates" / "gates.html").read_text()
     for gate, r in records.items():

@@ -414,10 +414,14 @@ def _cmd_gate_g3(args) -> int:
     from .gates import g3, record
     settings = _settings(g3.G3Settings, args.settings, "--settings")
     rows = g3.lines(read_table(args.rounds), settings)
+    inputs = [args.rounds]
+    if args.correctness:
+        rows += g3.correctness_lines(read_table(args.correctness), settings)
+        inputs.append(args.correctness)
     print(g3.text(rows, settings))
     if args.out:
         notes = [args.why] if args.why else []
-        record.write(args.out, record.make("G3", g3.verdict(rows), rows, [args.rounds], asdict(settings), notes))
+        record.write(args.out, record.make("G3", g3.verdict(rows), rows, inputs, asdict(settings), notes))
     return 0 if g3.verdict(rows) == g3.PASS else 1
 
 
@@ -804,6 +808,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("gate-g3", help="G3 main gate: a candidate tier against a baseline tier over a campaign's "
                        "rounds, by intervals; exit 0 on PASS, 1 on FAIL or UNDECIDED")
     p.add_argument("--rounds", required=True, help="a campaign's R2_rounds.csv")
+    p.add_argument("--correctness", default=None, help="the campaign's correctness.csv: a line per tier compared, "
+                   "its greedy outputs identical to recompute's")
     p.add_argument("--settings", required=True, help="JSON of kvtier.gates.g3.G3Settings")
     p.add_argument("--why", default=None, help="why this candidate and baseline (kept in the record)")
     p.add_argument("--out", default=None, help="write the verdict record (JSON) here")

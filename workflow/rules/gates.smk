@@ -118,6 +118,7 @@ rule gate_g3:
     input:
         gate=f"{GATES_DIR}/G2.proceed",
         rounds=rules.campaign.output.rounds,
+        correctness=rules.campaign.output.correctness,
     output:
         record=f"{GATES_DIR}/G3.json",
     params:
@@ -132,7 +133,8 @@ rule gate_g3:
     conda:
         "../../environment.yml"
     shell:
-        "kvtier gate-g3 --rounds {input.rounds:q} --settings {params.settings:q} --why {params.why:q}"
+        "kvtier gate-g3 --rounds {input.rounds:q} --correctness {input.correctness:q} --settings {params.settings:q}"
+        " --why {params.why:q}"
         " --out {output.record:q} > {log:q} 2>&1 || test -s {output.record:q}"
 
 

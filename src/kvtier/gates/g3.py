@@ -5,8 +5,9 @@ Per concurrency, a round gives one paired ratio per metric (candidate / baseline
 100 × (1 − ratio) and the throughput gain 100 × (ratio − 1), so their intervals come from the ratio's. A line is
 MET only when its whole interval clears the threshold (the lower bound of the reduction at least
 `ttft_reduction_min_pct`, of the gain at least `tok_gain_min_pct`), NOT MET when the whole interval misses it,
-UNDECIDED otherwise. The gate PASSes only when every line is MET, FAILs when a line is NOT MET, and is UNDECIDED
-otherwise: it has not been passed, and the rounds did not show it failed either (kvtier.gates.record says what the
+UNDECIDED otherwise. With the campaign's correctness, one more line per tier compared (other than recompute): its
+greedy outputs identical to recompute's in every round, else UNDECIDED until explained. The gate PASSes only when
+every line is MET, FAILs when a line is NOT MET, and is UNDECIDED otherwise: it has not been passed, and the rounds did not show it failed either (kvtier.gates.record says what the
 pipeline does then).
 """
 
@@ -67,6 +68,32 @@ def lines(by_round: pd.DataFrame, settings: G3Settings) -> list[dict]:
     return rows
 
 
+REFERENCE = "recompute"  # the tier whose greedy outputs every other tier's are compared with (kvtier.runs.campaign)
+
+
+def correctness_lines(correctness: pd.DataFrame, settings: G3Settings) -> list[dict]:
+    """Per tier of the comparison other than the reference: were its greedy outputs recompute's, request by request,
+    in every round and concurrency (the campaign's correctness.csv)? MET when every compared output was identical;
+    UNDECIDED when one differed (not a valid measurement until explained: the gate is not passed, nor shown to
+    fail) or none was compared."""
+    rows = []
+    for tier in dict.fromkeys((settings.candidate, settings.baseline)):
+        if tier == REFERENCE:
+            continue
+        mine = correctness[correctness["tier"] == tier]
+        compared, identical = int(mine["compared"].sum()), int(mine["identical_to_recompute"].sum())
+        differ = mine[mine["compared"] > mine["identical_to_recompute"]]
+        detail = ("none compared" if not compared else "every one identical" if differ.empty else
+                  "differ in " + ", ".join(f"round {int(r)} at concurrency {int(c)}"
+                                           for r, c in zip(differ["round"], differ["concurrency"]))
+                  + ": not a valid measurement until explained")
+        rows.append({"name": f"greedy outputs: {tier} identical to {REFERENCE}'s", "concurrency": None,
+                     "metric": f"greedy outputs identical to {REFERENCE}'s", "figure": f"{identical} of {compared}",
+                     "unit": "requests", "rounds": int(mine["round"].nunique()), "detail": detail,
+                     "verdict": stats.MET if compared and identical == compared else stats.UNDECIDED})
+    return rows
+
+
 def verdict(rows: list[dict]) -> str:
     words = {r["verdict"] for r in rows}
     if not rows or stats.NOT_MET in words:
@@ -78,5 +105,6 @@ def text(rows: list[dict], settings: G3Settings) -> str:
     out = [f"G3 main gate, {settings.candidate} against {settings.baseline}: {verdict(rows)} "
            f"({sum(r['verdict'] == stats.MET for r in rows)} of {len(rows)} lines MET)"]
     out += [f"  {r['verdict']:9s} c{r['concurrency']} {r['metric']} ≥ {r['threshold_pct']:g}: {r['point_pct']:.1f} "
-            f"[{r['low_pct']:.1f}, {r['high_pct']:.1f}]" for r in rows]
+            f"[{r['low_pct']:.1f}, {r['high_pct']:.1f}]" if "point_pct" in r else
+            f"  {r['verdict']:9s} {r['name']}: {r['figure']} ({r['detail']})" for r in rows]
     return "\n".join(out)

@@ -75,9 +75,19 @@ def deliverable(g2: dict) -> pd.DataFrame:
 
 
 def g3_table(g3: dict) -> pd.DataFrame:
+    """G3's measured lines: each figure with its interval and threshold."""
     return pd.DataFrame([{"concurrency": r["concurrency"], "figure": r["metric"], "point": r["point_pct"],
                           "interval": f"[{r['low_pct']:.1f}, {r['high_pct']:.1f}]", "rounds": r["rounds"],
-                          "threshold": f"≥ {r['threshold_pct']:g}", "verdict": r["verdict"]} for r in g3["lines"]])
+                          "threshold": f"≥ {r['threshold_pct']:g}", "verdict": r["verdict"]}
+                         for r in g3["lines"] if "point_pct" in r])
+
+
+def g3_correctness(g3: dict) -> pd.DataFrame:
+    """G3's correctness lines (records made before them have none): per tier, its greedy outputs against
+    recompute's."""
+    return pd.DataFrame([{"line": r["name"], "identical": r["figure"], "rounds": r["rounds"], "detail": r["detail"],
+                          "verdict": r["verdict"]} for r in g3["lines"] if "point_pct" not in r],
+                        columns=["line", "identical", "rounds", "detail", "verdict"])
 
 
 def g4_table(g4: dict) -> pd.DataFrame:
