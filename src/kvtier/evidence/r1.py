@@ -32,6 +32,7 @@ from ..runs.r1 import (
     COLDREAD_FILE,
     ENGINE_HIT_RUN,
     FIO_FILE,
+    FIXED,
     MINUTES_SPENT,
     RAWREAD_FILE,
     RESUME_RUN,
@@ -48,7 +49,7 @@ RESUME_VS_RAW = 2.0  # resume TTFT of a session <= 2 x the raw read time of its 
 # at the configured bound: kvtier's own bound for a check that is on by default, not a figure of the report.
 CHECKSUM_VS_PATCHED = 0.9
 READERS = (*BUILDS, CHECKSUM)
-FIXED_ROUNDS, RUN_ENDED = "fixed rounds", "ended with the run"
+RUN_ENDED = "ended with the run"
 TARGET_COLUMNS = ["target", "figure", "low", "high", "rounds", "interval", "threshold", "at_least", "verdict", "stop",
                   "to_decide", "outlier_rounds", "low_without_outliers", "high_without_outliers", "detail"]
 OUTPUT_FILES = {"coldread": "R1_coldread.csv", "fio": "R1_fio.csv", "matching": "R1_matching.csv",
@@ -189,7 +190,7 @@ def _stop(judgement: sequential.Judgement, plan: sequential.Plan | None, budget_
     """Why a read target's rounds stopped, the run being over: one the judge did not ask more of (its rounds
     short of the maximum, the budget not spent) ended with the run's other targets."""
     if plan is None:
-        return FIXED_ROUNDS
+        return FIXED
     reason = sequential.stop_reason(judgement, plan, budget_spent)
     return RUN_ENDED if reason == sequential.RUNNING else reason
 
@@ -295,7 +296,7 @@ def targets(coldread_rounds: pd.DataFrame, fio_rounds: pd.DataFrame, resume: pd.
                                f"{resume['chunk_bytes'].median() / 2**20:.1f} MiB ({raw.rounds} rounds); the same "
                                f"sessions from vLLM's prefix cache take {floor:.3f} s ({floor / raw.point:.2f}× the "
                                f"raw read), so the L2 resume costs {(ttft.point - floor) / raw.point:.2f}× the raw "
-                               "read beyond that floor"), "stop": FIXED_ROUNDS, "to_decide": ""})
+                               "read beyond that floor"), "stop": FIXED, "to_decide": ""})
     return pd.DataFrame(rows, columns=TARGET_COLUMNS), rewards
 
 
@@ -365,7 +366,7 @@ def load(r1_dir: str | os.PathLike) -> Measured:
     conditions = {"chunks": settings["chunks"], "chunk_mib": settings["chunk_mib"],
                   "load_concurrency": settings["load_concurrency"], "rounds": settings["rounds"],
                   "plan": plan.text() if plan else None, "rounds_run": int(coldread_rounds["round"].max()) + 1,
-                  "budget_s": settings.get("budget_s"), "stop": looks.get("stop", FIXED_ROUNDS),
+                  "budget_s": settings.get("budget_s"), "stop": looks.get("stop", FIXED),
                   "verify_checksum": CHECKSUM in set(coldread_rounds["build"]),
                   "load_bounds": [int(bound) for bound in _by_bound(coldread).index],
                   "queue_depths": settings["queue_depths"], "page_cache": run["page_cache"], "fio": run["fio"],
@@ -439,7 +440,7 @@ def targets_text(measured: Measured) -> str:
     for row in measured.targets.itertuples():
         sign = "≥" if row.at_least else "≤"
         interval = f" [{row.low:.2f}, {row.high:.2f}]" if row.rounds > 1 else ""
-        how = f"{row.rounds} rounds, stopped: {row.stop}" if row.stop != FIXED_ROUNDS else ""
+        how = f"{row.rounds} rounds, stopped: {row.stop}" if row.stop != FIXED else ""
         if row.verdict == stats.UNDECIDED and row.to_decide:
             how += f"{'; ' if how else ''}to decide it: {row.to_decide}"
         if isinstance(row.outlier_rounds, str) and row.outlier_rounds:

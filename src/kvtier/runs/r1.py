@@ -40,6 +40,7 @@ from ..core.errors import KvtierError
 from ..probes import ckptsave, coldread, fio, pagecache, platform_probe, quiet
 from ..probes.platform_probe import PLATFORM_FILE
 from ..stack import lmcache_build
+from .boundary import DECIDED, FIXED, MINUTES_SPENT, ROUNDS_SPENT  # the words B's rounds stop with
 from .run_record import RunRecord
 from .tier_run import run_tier
 
@@ -48,7 +49,6 @@ CHECKSUM = "patched_checksum"  # the patched build checking each chunk's CRC-32 
 COLDREAD_FILE, FIO_FILE, CHECKPOINT_FILE, RAWREAD_FILE = ("coldread.jsonl", "fio.jsonl", "checkpoint.jsonl",
                                                           "rawread.jsonl")
 COLDREAD_DIR = "kvtier-r1-coldread"
-FIXED, DECIDED, ROUNDS_SPENT, MINUTES_SPENT = "fixed rounds", "decided", "rounds spent", "minutes spent"
 RESUME_POOL_DIR = "kvtier-r1-resume"
 RESUME_RUN = "resume"
 ENGINE_HIT_RUN = "engine_hit"
