@@ -22,13 +22,17 @@ evidence: env
 test-tools:
 	@sh workflow/scripts/system_tools.sh $(TEST_TOOLS)
 
-test: env test-tools
-	python -m pytest
+# Every test: first the fast ones, then, one at a time, those that run the real pipeline or real vLLM servers
+# (markers `workflow` and `vllm`, tests/conftest.py): they measure, and two at once would disturb each other's
+# readings. A failing fast test stops before the slow half starts.
+test: test-fast
+	python -m pytest -m "workflow or vllm"
 
-# The edit-test loop: every test but those that run the real pipeline or real vLLM servers (markers `workflow` and
-# `vllm`, tests/conftest.py). A few minutes at most; `make test` (what CI runs) before a commit.
+# The edit-test loop: every test but the real-stack ones, spread over the machine's cores (pytest-xdist). One
+# worker per test file: a notebook's cells run in order in one kernel. A few minutes at most; `make test` (what
+# CI runs) before a commit.
 test-fast: env test-tools
-	python -m pytest -m "not workflow and not vllm"
+	python -m pytest -m "not workflow and not vllm" --numprocesses auto --dist loadfile
 
 # How readers see the rendered pages: a PNG of each under screenshots/ (after `make evidence`).
 screenshots: env test-tools
