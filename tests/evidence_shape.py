@@ -16,8 +16,12 @@ import pandas as pd
 
 # Tables whose rows are what the runs measured differently (R4: the platform fields that differ between runs; B's
 # outputs compared round by round: a sequential run measures some cells in more rounds than others, and replays
-# requests of its last round).
-ROWS_VARY = ("R4/", "B/B_correctness.csv", "B/B_replays.csv")
+# requests of its last round; the campaign's windows round by round: its sequential rounds measure again only the
+# units whose comparisons were undecided).
+ROWS_VARY = ("R4/", "B/B_correctness.csv", "B/B_replays.csv", "R2_local/R2_local_attribution.csv",
+             "R2_local/R2_local_correctness.csv", "R3/R3_attribution.csv", "R3/R3_correctness.csv")
+# Tables whose columns are the runs (R4: one per run, and the campaign's further rounds have as many as they took).
+COLUMNS_VARY = ("R4/",)
 
 
 def evidence_shape(project: str | Path) -> dict:
@@ -29,7 +33,7 @@ def evidence_shape(project: str | Path) -> dict:
             shape[name] = None
             continue
         table = pd.read_csv(path, dtype=str, keep_default_na=False)
-        shape[name] = {"columns": list(table.columns),
+        shape[name] = {"columns": None if name.startswith(COLUMNS_VARY) else list(table.columns),
                        "rows": None if name.startswith(ROWS_VARY) else table.iloc[:, 0].tolist()}
     return shape
 

@@ -100,6 +100,20 @@ def test_sla_regions_from_intervals():
         boundary.winners(g.drop(columns=["round"]))
 
 
+def test_a_cell_whose_sla_verdict_is_undecided_gets_more_rounds_too():
+    # Every winner is decided (offload twice as fast, or half as fast, in every round), but at concurrency 4
+    # engine_only's TTFT p50 straddles a 1-s SLA: a sequential run measures that cell again, and only for it.
+    g = two_schemes({1: 0.2, 4: 1.0, 8: 4.0}, {1: 0.4, 4: 0.5, 8: 2.0})
+    plan = boundary.sequential.Plan(3, 6)
+    assert boundary.undecided_cells(g, plan) == set()
+    assert boundary.undecided_cells(g, plan, [("ttft_p50_s", 1.0)]) == {(4096, 4)}
+    assert boundary.undecided_cells(g, plan, [("ttft_p50_s", 10.0)]) == set()
+    # Under a sequential plan the SLA's interval is the plan's (wider at this look than fixed rounds').
+    fixed = boundary.sla_regions(g, [("ttft_p50_s", 1.0)]).set_index(["scheme", "concurrency"])
+    planned = boundary.sla_regions(g, [("ttft_p50_s", 1.0)], plan).set_index(["scheme", "concurrency"])
+    assert planned.loc[("offload", 1), "low"] < fixed.loc[("offload", 1), "low"]
+
+
 def test_slas_come_as_words_and_bad_ones_are_named():
     assert boundary.parse_slas("ttft_p50_s=0.5 ttft_p99_s=2") == [("ttft_p50_s", 0.5), ("ttft_p99_s", 2.0)]
     for bad in ("ttft_p50_s", "ttft_p50_s=fast", "tpot_s=1", "output_tok_s=2"):  # a throughput is no time

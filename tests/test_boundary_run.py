@@ -105,3 +105,37 @@ def test_requests_are_paired_across_schemes_by_id_within_a_round():
     engine["valid"] = False  # an invalid baseline round pairs nothing
     boundary._pair_requests(rows, outputs)
     assert rows[1]["ttft_paired_ratio"] is None
+
+
+def test_a_replay_that_fails_is_recorded_as_failed_and_the_grid_is_kept(tmp_path, monkeypatch):
+    """After the rounds, a replay that cannot be prepared or sent (a server gone, a request not found) is a record
+    with its error in cells/replays.jsonl, never an exception: that would fail the job, and Snakemake would remove
+    the cells it had measured."""
+    from types import SimpleNamespace
+
+    from kvtier.bench.records import read_records
+    from kvtier.runs import boundary_replay
+    from kvtier.runs.boundary import CELLS_DIR, REPLAYS_FILE, replays_table
+
+    (tmp_path / CELLS_DIR).mkdir()
+    outputs = {(1, "engine_only", 512, 2): {"a": ("x", 0.1), "b": ("y", 0.1)},
+               (1, "offload", 512, 2): {"a": ("z", 0.1), "b": ("y", 0.1)}}  # a differs, b is the control
+    monkeypatch.setattr(boundary_replay, "cell_outputs", lambda _: outputs)
+    gone = "http://127.0.0.1:9"  # nothing listens: the reset of the prefix cache fails
+    stacks = {s: SimpleNamespace(vllm=SimpleNamespace(base_url=gone)) for s in ("engine_only", "offload")}
+    settings = SimpleNamespace(schemes=("engine_only", "offload"),
+                               tier_settings=lambda: SimpleNamespace(served_name="m", timeout_s=5))
+    config = SimpleNamespace(seed=1, base_url=gone, model="m")
+    monkeypatch.setattr(boundary_replay, "cell_config",
+                        lambda settings, stack, round_, context, c: config)
+    monkeypatch.setattr(boundary_replay, "alphabet", lambda tokenizer, seed: [1, 2])
+    # The control's request is not in the plan any more: its preparation fails.
+    monkeypatch.setattr(boundary_replay, "plan", lambda cfg, ids: [SimpleNamespace(
+        items=[SimpleNamespace(request_id="a", prompt=[1, 2], output_tokens=2)])])
+    records = boundary_replay.replay(settings, stacks, tmp_path, controls=1)
+    written = list(read_records(tmp_path / CELLS_DIR / REPLAYS_FILE))
+    assert len(records) == len(written) == 4 and all(r["error"] for r in written)
+    errors = {r["labels"]["replay_of"]: r["error"] for r in written}
+    assert errors["b"].startswith("replay not prepared: KeyError") and not errors["a"].startswith("replay not")
+    table = replays_table(tmp_path, outputs)
+    assert list(table["failed"]) == ["engine_only offload"] * 2 and table["identical_alone"].isna().all()

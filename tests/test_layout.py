@@ -123,7 +123,9 @@ def test_the_cli_has_the_subcommands_and_arguments_it_had_before_the_regrouping(
     # `screenshots` was added; `workload profile` and `advise` were added (issue: evidence B); `manifest`, `verify`
     # and `package` (R8); `import` and `compare` (R8: other tools' results); `compare-runs` and `job-times` (the
     # cost of a run and what a rerun says against the shipped pages); `boundary-run --max-rounds --cell-budget-s`
-    # (sequential rounds); `gate-g3 --correctness` (the campaign's greedy outputs as G3 lines).
+    # (sequential rounds); `gate-g3 --correctness` (the campaign's greedy outputs as G3 lines); `campaign-look` and
+    # `gate-g3 --conditions`, `campaign --look` (the campaign's sequential rounds); `boundary-run --sla` (a cell
+    # whose SLA verdict is undecided gets more rounds).
     from kvtier.cli import build_parser
     golden = json.loads((ROOT / "tests" / "golden" / "cli.json").read_text())
     assert json.loads(json.dumps(cli_shape(build_parser()), default=str)) == golden

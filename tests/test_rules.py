@@ -57,7 +57,8 @@ def test_short_jobs_go_to_a_cluster_in_groups_and_measurements_only_with_measure
     """Every render and the index in `pages`, the builds and models in `prepare` (profiles/slurm merges its
     components into one job), each gate with the flag that follows it (and G2, G3 with the campaign table they
     read) in `gates`; no measurement in a group of short jobs, so each keeps a node of its own; the tier runs of a
-    round in the stretch they are measured in (kvtier.runs.order.stretches), R3's two jobs in none, and the
+    round in the stretch they are measured in (kvtier.runs.order.stretches, a further round's from the units its
+    look chose: run_group), R3's two jobs in none, and the
     measurements outside the rounds together in `probes`."""
     blocks = rules()
     groups = {name: re.search(r'    group:\n\s+"(\w+)"', body) for name, body in blocks.items()}
@@ -72,7 +73,7 @@ def test_short_jobs_go_to_a_cluster_in_groups_and_measurements_only_with_measure
         "gate_proceed": 'lambda wildcards: "pages" if wildcards.gate == LAST_GATE else GATE_GROUP[wildcards.gate]',
         "campaign": 'GATE_GROUP["G2"]'}
     assert [name for name in groups if "**MEASURE_JOB," in blocks[name]] == []
-    stretch = "lambda wildcards, unit=_unit: RUN_GROUP[(int(wildcards.round), frozenset(unit))]"
+    stretch = "lambda wildcards, unit=_unit: run_group(int(wildcards.round), unit)"
     measured = {name: re.search(r'    group:\n\s+(.*)\n', blocks[name]) for name in blocks
                 if "**MEASURE_JOB," in blocks[name]}
     assert {name: found.group(1) for name, found in measured.items() if found} == {

@@ -53,7 +53,9 @@ FORCED = ["campaign", "render_R3"]  # they read the new round, which Snakemake d
 PLANNED = {"r3_populate": 1, "r3_resume": 1, "campaign": 1, "render_R3": 1}
 # Only these rules may run: every unit measured after R3 in the rounds' order waits for it (its `after` input), so a
 # remeasured R3 would make them all look out of date.
-SELECT = ["--forcerun", *FORCED, "--allowed-rules", *PLANNED]
+# The session's run took sequential rounds (its looks chose round 3's units after round 2): here the campaign is
+# over 2 fixed rounds, so that a remeasured round does not send every later look and round back to the scheduler.
+SELECT = ["--forcerun", *FORCED, "--allowed-rules", *PLANNED, "--config", "runs={max_rounds: 2}"]
 
 
 @dataclasses.dataclass

@@ -26,7 +26,7 @@ R2_OUTPUTS = ["R2.html", "R2.ipynb", "R2_table.csv", "R2_pool_vs_local_disk.csv"
 
 # Two rounds of three server starts (recompute then engine, dram then local_disk, shared_pool) and R3's two jobs.
 ALL_JOBS = {"model": 1, "lmcache_build": 2, "tier_run_recompute_engine": 2, "tier_run_dram_local_disk": 2,
-            "tier_run_shared_pool": 2, "r3_populate": 2, "r3_resume": 2, "campaign": 1, "render_R2_local": 1,
+            "tier_run_shared_pool": 2, "r3_populate": 2, "r3_resume": 2, "campaign_look": 1, "campaign": 1, "render_R2_local": 1,
             "render_R3": 1, "r1_reads": 1, "r1_resume": 1, "render_R1": 1, "render_R2": 1, "render_audit": 1,
             "boundary_cells": 1, "boundary": 1, "render_B": 1, "platform": 1, "gate_g1": 1, "gate_proceed": 4,
             "g2_storage": 1, "gate_g2": 1, "gate_g3": 1, "render_gates": 1, "model_r9": 1, "r9_loads": 1,
@@ -214,6 +214,7 @@ def test_fresh_copy_dry_run_and_lint_are_clean(project_copy):
     ({"gates": {"g1": {"expect": [{"field": "cpu.usable_cpu", "op": "at_least", "value": 2}]}}},
      "gates.g1.expect[0]: field 'cpu.usable_cpu' is not in the platform record"),
     ({"runs": {"tiers": ["recompute", "engine"]}}, "gates.g3.candidate 'shared_pool' is not a tier of runs.tiers"),
+    ({"runs": {"max_rounds": 2}}, "runs.max_rounds 2: at least runs.rounds (3)"),
 ])
 def test_bad_config_stops_the_run_before_anything_is_written(project_copy, bad, named):
     (project_copy / "bad.yaml").write_text(yaml.safe_dump(bad))
@@ -299,30 +300,44 @@ def test_r3_instance_b_resumes_from_the_pool_instance_a_wrote(built):
 
 def test_the_tiers_ran_in_interleaved_rounds_one_at_a_time_and_pages_decide_with_intervals(built):
     from kvtier.core.tiers import server_units
-    from kvtier.evidence import measured
+    from kvtier.evidence import campaign_rounds, measured
     from kvtier.runs.order import schedule
     campaign = built / "raw_data" / "runs" / "test"
     conditions = json.loads((campaign / "conditions.json").read_text())
     kinds = ["recompute", "engine", "dram", "local_disk", "shared_pool", "cross_instance"]
-    # The order they actually ran in (by their own start times) is the rotation's.
-    expected = schedule(server_units(kinds), 2)
+    # Sequential rounds: 2 of every unit in the rotation's order, then the look after round 2 named the units of
+    # round 3 (those of every comparison it found undecided, with recompute's), which ran in the order it gave.
+    looks = {look["after_rounds"]: look
+             for look in campaign_rounds.read_looks(sorted((campaign / campaign_rounds.LOOKS_DIR).glob("*.json")))}
+    third = [kind for unit in looks[2]["next_units"] for kind in unit]
+    expected = schedule(server_units(kinds), 2) + [(3, kind) for kind in third]
     assert [(run["round"], run["kind"]) for run in conditions["order"]] == expected
+    undecided_tiers = {row["tier"] for row in looks[2]["undecided"]}
+    assert set(third) == ({k for unit in server_units(kinds) for k in unit if set(unit) & (undecided_tiers | {
+        "recompute"})} if undecided_tiers else set())
+    sequential = conditions["sequential"]
+    assert (sequential["min_rounds"], sequential["max_rounds"]) == (2, 3)
+    assert [look["after_rounds"] for look in sequential["looks"]] == sorted(looks) == ([2, 3] if third else [2])
+    assert sequential["stop"] in ("decided", "rounds spent")
     # One at a time: each run ended before the next began.
     records = [json.loads((campaign / f"round-{r}" / kind / "run.json").read_text()) for r, kind in expected]
     assert all(before["end"] <= after["start"] for before, after in zip(records, records[1:]))
     by_round = read_table(campaign / "R2_rounds.csv")
-    assert sorted(set(by_round["round"])) == [1, 2] and by_round["ttft_p50_s"].notna().all()
-    # Every comparison on the pages carries its interval and a word; recompute is far slower than any cache.
+    assert sorted(set(by_round["round"])) == ([1, 2, 3] if third else [1, 2]) and by_round["ttft_p50_s"].notna().all()
+    # Every comparison on the pages carries its interval (the plan's, over 2 to 3 rounds) and a word; recompute is
+    # far slower than any cache, so no word says slower.
     local = measured.load(campaign, "R2_local")
     vs_recompute = local.comparisons["vs_recompute"]
-    # Two rounds give Student's t with one degree of freedom: faster only where both rounds agree closely.
-    assert (vs_recompute["rounds"] == 2).all()
+    assert vs_recompute["rounds"].isin([2, 3]).all() and vs_recompute["interval"].str.startswith("sequential").all()
     assert set(vs_recompute["ttft_verdict"]) <= {"faster", "no difference measured"}
     assert ((vs_recompute["ttft_verdict"] == "faster") == (vs_recompute["ttft_speedup_low"] > 1)).all()
+    assert set(vs_recompute["stop"]) <= {"decided", "rounds spent"}
+    assert ((vs_recompute["stop"] == "decided") == (vs_recompute["ttft_verdict"] == "faster")).all()
+    assert (vs_recompute.loc[vs_recompute["stop"] != "decided", "to_decide"] != "").all()
     page = (built / "evidence" / "R2_local" / "R2_local.html").read_text()
     for row in vs_recompute.itertuples():
         assert f"{row.tier} vs recompute, concurrency {row.concurrency}: TTFT {row.ttft_verdict.upper()}" in page
-    assert "Student's t 95 % on the log mean of 2 rounds" in page and "Rounds" in page
+    assert "Sequential rounds" in page and "Rounds" in page
     # Recompute keeps no KV: its populate is a one-session warm-up; every cached tier populates every session.
     populated = {kind: sum(1 for line in (campaign / "round-1" / kind / "requests.jsonl").open()
                            if json.loads(line)["phase"] == "populate") for kind in kinds}
@@ -392,9 +407,11 @@ def test_B_renders_the_measured_boundary_with_its_reasons(built, tmp_path):
     # Sequential rounds: 2 of every cell, then a third only for the cells still undecided after them.
     sequential = json.loads((built / "raw_data" / "runs" / "test" / "B" / "cells" / "sequential.json").read_text())
     assert sequential["rounds"] == 2 and sequential["max_rounds"] == 3
-    two = boundary.winners(measured.grid[measured.grid["round"] <= 2], plan=boundary.sequential.Plan(2, 3))
-    undecided = {f"L{x}-c{c}" for x, c, w in zip(two["context_tokens"], two["concurrency"], two["winner"])
-                 if w == boundary.TIE}
+    # Undecided after 2: a tie, or a scheme's verdict against an SLA (the default config's) still UNDECIDED.
+    slas = boundary.parse_slas(" ".join(f"{m}={s}" for m, s in yaml.safe_load(
+        (built / "config" / "config.yaml").read_text())["boundary"]["slas"].items()))
+    undecided = {f"L{x}-c{c}" for x, c in boundary.undecided_cells(measured.grid[measured.grid["round"] <= 2],
+                                                                    boundary.sequential.Plan(2, 3), slas)}
     third = {f"L{x}-c{c}" for x, c in measured.grid.loc[measured.grid["round"] == 3, ["context_tokens",
                                                                                        "concurrency"]].values}
     assert third == undecided, (third, undecided)
@@ -469,9 +486,13 @@ def test_the_gates_ran_in_order_before_what_they_gate_and_their_page_shows_every
             "shared_pool sequential read qd16", "recompute TTFT p50 at concurrency 2",
             "engine-hit TTFT p50 (the floor) at concurrency 4"} <= names
     assert {line["source"] for line in records["G2"]["lines"]} == {"G2 storage", "R1 fio", "campaign rounds"}
-    # G3 is what kvtier.gates.g3 computes from the campaign's rounds, with the configured comparison and reason.
+    # G3 is what kvtier.gates.g3 computes from the campaign's rounds (the intervals of its sequential plan), with the
+    # configured comparison and reason.
+    from kvtier.evidence.campaign_rounds import plan_of
     settings = g3.G3Settings("shared_pool", "recompute")
-    expected = g3.lines(read_table(campaign / "R2_rounds.csv"), settings)
+    plan = plan_of(json.loads((campaign / "conditions.json").read_text()))
+    assert plan is not None and f"{campaign.name}/conditions.json" in str(records["G3"]["inputs"])
+    expected = g3.lines(read_table(campaign / "R2_rounds.csv"), settings, plan)
     expected += g3.correctness_lines(read_table(campaign / "correctness.csv"), settings)
     assert [(r["name"], r["verdict"]) for r in records["G3"]["lines"]] == [(r["name"], r["verdict"]) for r in expected]
     assert expected[-1]["name"] == "greedy outputs: shared_pool identical to recompute's"

@@ -316,22 +316,50 @@ def _cmd_lmcache_build(args) -> None:
 
 
 def _cmd_campaign(args) -> None:
-    from .runs.campaign import aggregate
-    tables = aggregate(args.campaign_dir)
+    from .evidence import campaign_rounds
+    from .runs.campaign import aggregate, runs_of
+    rounds_run = len({r.round for r in runs_of(args.campaign_dir)})
+    tables = aggregate(args.campaign_dir, campaign_rounds.record(campaign_rounds.read_looks(args.look), rounds_run))
     print(tables["attribution"][["tier", "concurrency", "valid", "rule"]].to_string(index=False))
 
 
+def _cmd_campaign_look(args) -> None:
+    from .core.atomic import write_text
+    from .evidence import campaign_rounds
+    settings = _settings(dict, args.settings, "--settings")
+    try:
+        rounds = campaign_rounds.CampaignRounds(settings["rounds"], settings.get("max_rounds"),
+                                                settings.get("budget_s"))
+        units = [tuple(u) for u in settings["units"]]
+    except (KeyError, TypeError) as exc:
+        raise KvtierError(f"--settings: needs rounds, max_rounds, budget_s and units: {exc}") from exc
+    kinds = [kind for unit in units for kind in unit]
+    previous = None
+    if args.previous:
+        try:
+            previous = json.loads(Path(args.previous).read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise KvtierError(f"--previous {args.previous}: not a campaign look ({exc})") from exc
+    found = campaign_rounds.look(args.campaign_dir, args.after, rounds, units, campaign_rounds.drivers(kinds),
+                                 previous)
+    write_text(args.out, json.dumps(found, indent=2) + "\n")
+    print(f"campaign look after {args.after} rounds: {len(found['undecided'])} comparison(s) undecided; "
+          + (f"stop: {found['stop']}" if found["stop"] else
+             f"round {args.after + 1} measures {', '.join('+'.join(u) for u in found['next_units'])}"))
+
+
 def _cmd_boundary_run(args) -> None:
-    from .evidence.boundary import undecided_cells
+    from .evidence.boundary import parse_slas, undecided_cells
     from .evidence.sequential import Plan
     from .runs.boundary import BoundaryRounds, BoundarySettings, run_rounds
     from .runs.boundary_replay import replay
     plan = BoundaryRounds(args.rounds, args.max_rounds, args.cell_budget_s)
     settings = _settings(BoundarySettings, args.settings, "--settings")
+    slas = parse_slas(" ".join(args.sla))
     judge = None
     if plan.most > plan.rounds:
         sequential = Plan(plan.rounds, plan.most)
-        judge = lambda frame: undecided_cells(frame, sequential)  # noqa: E731 - the judge between rounds
+        judge = lambda frame: undecided_cells(frame, sequential, slas)  # noqa: E731 - the judge between rounds
     summaries = run_rounds(settings, plan, args.boundary_dir, undecided=judge,
                            after_rounds=lambda stacks: replay(settings, stacks, args.boundary_dir,
                                                               settings.replay_controls))
@@ -413,8 +441,15 @@ def _cmd_gate_g3(args) -> int:
     from .core.table_io import read_table
     from .gates import g3, record
     settings = _settings(g3.G3Settings, args.settings, "--settings")
-    rows = g3.lines(read_table(args.rounds), settings)
-    inputs = [args.rounds]
+    plan = None
+    if args.conditions:
+        from .evidence.campaign_rounds import plan_of
+        try:
+            plan = plan_of(json.loads(Path(args.conditions).read_text()))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise KvtierError(f"--conditions {args.conditions}: not a campaign's conditions ({exc})") from exc
+    rows = g3.lines(read_table(args.rounds), settings, plan)
+    inputs = [args.rounds] + ([args.conditions] if args.conditions else [])
     if args.correctness:
         rows += g3.correctness_lines(read_table(args.correctness), settings)
         inputs.append(args.correctness)
@@ -725,7 +760,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("campaign", help="aggregate a campaign's tier runs: R2 readings, attribution, correctness")
     p.add_argument("campaign_dir")
+    p.add_argument("--look", action="append", default=[], help="a look of its sequential rounds (kvtier "
+                   "campaign-look; repeatable): kept in its conditions, and the pages' intervals are the plan's")
     p.set_defaults(func=_cmd_campaign)
+
+    p = sub.add_parser("campaign-look", help="sequential rounds: judge a campaign's comparisons after K rounds and "
+                       "choose the units the next round measures (kvtier.evidence.campaign_rounds)")
+    p.add_argument("campaign_dir")
+    p.add_argument("--after", type=int, required=True, help="the rounds measured so far (K)")
+    p.add_argument("--settings", required=True, help="JSON: rounds, max_rounds, budget_s and units (the server "
+                   "units, kvtier.core.tiers.server_units)")
+    p.add_argument("--previous", help="the look after K - 1 rounds (where the budget's clock started)")
+    p.add_argument("--out", required=True, help="where the look goes (JSON)")
+    p.set_defaults(func=_cmd_campaign_look)
 
     p = sub.add_parser("boundary-run", help="evidence B's grid on real vLLM (+ LMCache): engine_only and offload "
                        "side by side, multi-turn cells of concurrency x context, in rounds")
@@ -734,6 +781,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "cell still undecided, up to this many (kvtier.evidence.sequential); default: --rounds")
     p.add_argument("--cell-budget-s", type=float, help="sequential: no further round for a cell once its rounds "
                    "took this many seconds (both schemes)")
+    p.add_argument("--sla", action="append", default=[], metavar="METRIC=SECONDS", help="sequential: a cell "
+                   "where a scheme's verdict against this SLA is undecided gets more rounds too (repeatable)")
     p.add_argument("--boundary-dir", required=True, help="where the cells go (<dir>/cells/, new)")
     p.add_argument("--settings", required=True, help="JSON of kvtier.runs.boundary.BoundarySettings")
     p.set_defaults(func=_cmd_boundary_run)
@@ -811,6 +860,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--correctness", default=None, help="the campaign's correctness.csv: a line per tier compared, "
                    "its greedy outputs identical to recompute's")
     p.add_argument("--settings", required=True, help="JSON of kvtier.gates.g3.G3Settings")
+    p.add_argument("--conditions", default=None, help="the campaign's conditions.json: under sequential rounds, "
+                   "the intervals are those of its plan (kvtier.evidence.sequential)")
     p.add_argument("--why", default=None, help="why this candidate and baseline (kept in the record)")
     p.add_argument("--out", default=None, help="write the verdict record (JSON) here")
     p.set_defaults(func=_cmd_gate_g3)

@@ -20,6 +20,7 @@ rule boundary_cells:
         rounds=BOUNDARY["rounds"],
         max_rounds=BOUNDARY["max_rounds"],
         cell_budget_s=BOUNDARY["cell_budget_s"],
+        slas=[arg for metric, seconds in BOUNDARY["slas"].items() for arg in ("--sla", f"{metric}={seconds}")],
         settings=BOUNDARY_SETTINGS,
     resources:
         **MEASURE_JOB,
@@ -30,7 +31,7 @@ rule boundary_cells:
         "../../environment.yml"
     shell:
         "kvtier boundary-run --rounds {params.rounds:q} --max-rounds {params.max_rounds:q}"
-        " --cell-budget-s {params.cell_budget_s:q} --boundary-dir {params.boundary_dir:q}"
+        " --cell-budget-s {params.cell_budget_s:q} {params.slas:q} --boundary-dir {params.boundary_dir:q}"
         " --settings {params.settings:q} > {log:q} 2>&1"
 
 

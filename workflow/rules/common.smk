@@ -8,6 +8,7 @@ import sys
 
 from kvtier.core import config as kvtier_config
 from kvtier.core import interrupt as kvtier_interrupt
+from kvtier.evidence import campaign_rounds as kvtier_campaign_rounds
 from kvtier.evidence import r1 as kvtier_r1
 from kvtier.evidence.render import cli_args as render_args
 from kvtier.evidence.catalog import BY_ID as CATALOG
@@ -89,24 +90,47 @@ TIER_SETTINGS = json.dumps({"model_dir": MODEL_DIR, "served_name": MODEL["served
                             "l2_use_odirect": LMCACHE["use_odirect"], "quiet": QUIET,
                             **{key: value for key, value in RUNS.items()
                                if key not in ("enabled", "campaign", "tiers", "cross_instance", "server", "rounds",
-                                              "share_servers")}})
+                                              "max_rounds", "budget_s", "share_servers")}})
 # The campaign's runs: one per tier, and R3's cross-instance run, in every one of `runs.rounds` rounds; grouped
 # by server start (kvtier.core.tiers.server_units): one job per unit and round.
 RUN_KINDS = list(RUNS["tiers"]) + (["cross_instance"] if RUNS["cross_instance"] else [])
 RUN_UNITS = kvtier_tiers.server_units(RUN_KINDS, RUNS["share_servers"])
-# The order they are measured in: each round rotated (kvtier.runs.order), and each unit waiting for the one before
-# it (the tier_run rules' `after`), so that the DAG itself fixes the interleaving.
-UNIT_PLAN = kvtier_order.units_in_order(RUN_UNITS, RUNS["rounds"])
-SCHEDULE = kvtier_order.schedule(RUN_UNITS, RUNS["rounds"])
-
 TIER_RUN_DIR = f"{CAMPAIGN_DIR}/{kvtier_campaign.round_dir('{round}')}/{{tier}}"
 CROSS_INSTANCE = kvtier_tiers.CROSS_INSTANCE
-# On a cluster (profiles/slurm), the units measured one after another in a round go as one job (their `group:`,
-# kvtier.runs.order.stretches): that round's tiers on one node, one scheduler round trip. R3's two jobs stay apart.
-RUN_GROUP = kvtier_order.stretches(UNIT_PLAN, (CROSS_INSTANCE,))
-# The run directories of the unit measured just before `unit` in its round's order (UNIT_PLAN): a tier run's `after`.
-unit_before = lambda wildcards, unit: [TIER_RUN_DIR.format(round=r, tier=k) for r, k in
-                                       kvtier_order.before(UNIT_PLAN, int(wildcards.round), unit)]
+# Sequential rounds (kvtier.evidence.campaign_rounds): after `runs.rounds` rounds, and after each further one, a
+# look (checkpoint campaign_look) judges the comparisons and names the units the next round measures; the DAG
+# grows by what it names. Without runs.max_rounds (or equal to runs.rounds) the rounds are fixed and there is no look.
+try:  # refused at load, not when the first look runs
+    CAMPAIGN_ROUNDS = kvtier_campaign_rounds.CampaignRounds(RUNS["rounds"], RUNS.get("max_rounds"), RUNS["budget_s"])
+except KvtierError as exc:
+    sys.exit(f"kvtier: {_config_source}: {exc}")
+LOOK_FILE = f"{CAMPAIGN_DIR}/{kvtier_campaign_rounds.look_file('{after}')}"
+# The server starts round by round (kvtier.runs.order.CampaignPlan): each round rotated, each unit waiting for the
+# one before it (the tier_run rules' `after`), so that the DAG itself fixes the interleaving; a further round's
+# units are those the look before it named, so asking for them waits for that look. On a cluster (profiles/slurm),
+# the units measured one after another in a round go as one job (their `group:`, kvtier.runs.order.stretches):
+# that round's tiers on one node, one scheduler round trip. R3's two jobs stay apart.
+CAMPAIGN_PLAN = kvtier_order.CampaignPlan(
+    RUN_UNITS, RUNS["rounds"], CAMPAIGN_ROUNDS.most,
+    chosen=lambda after: kvtier_campaign_rounds.chosen_units(checkpoints.campaign_look.get(after=after).output[0]))
+# The run directories of the campaign's runs, up to round `until` (default: every round it took).
+campaign_runs = lambda until=None: [TIER_RUN_DIR.format(round=r, tier=k) for r, unit in CAMPAIGN_PLAN.plan(until)
+                                    for k in unit]
+# Every look the campaign took (none with fixed rounds): the one after its last round says why it stopped.
+campaign_looks = lambda wildcards: ([LOOK_FILE.format(after=k) for k in range(RUNS["rounds"],
+                                                                            CAMPAIGN_PLAN.last_round() + 1)]
+                                    if CAMPAIGN_ROUNDS.sequential else [])
+# What a unit's job waits for: the unit measured just before it, or, first in a further round, the look that chose it.
+unit_before = lambda wildcards, unit: (
+    [TIER_RUN_DIR.format(round=r, tier=k) for r, k in found]
+    if (found := CAMPAIGN_PLAN.before(int(wildcards.round), unit)) is not None
+    else [LOOK_FILE.format(after=int(wildcards.round) - 1)])
+# A unit's cluster job group (a further round's from its own units).
+run_group = lambda round_, unit: CAMPAIGN_PLAN.group(round_, unit, (CROSS_INSTANCE,))
+
+# What a look is told (kvtier campaign-look --settings): the plan and the units.
+LOOK_SETTINGS = json.dumps({"rounds": RUNS["rounds"], "max_rounds": CAMPAIGN_ROUNDS.most, "budget_s": RUNS["budget_s"],
+                            "units": [list(u) for u in RUN_UNITS]})
 # R3's hand-off (kvtier.runs.cross_instance): what instance A's job leaves for instance B's.
 R3_HANDOFF_DIR = f"{CAMPAIGN_DIR}/{kvtier_campaign.round_dir('{round}')}/{CROSS_INSTANCE}_handoff"
 
@@ -224,7 +248,9 @@ GATES_BEFORE_SOAK = [f"{GATES_DIR}/{gate}.json" for gate in ("G1", "G2", "G3")]
 # R4: the platform record of every run of the campaign (kvtier.evidence.r4): the runs (directory outputs, and G1's
 # record), and the records in them that the page's manifest hashes.
 _PLATFORM = "probes/platform.json"  # kvtier.probes.platform_probe.PLATFORM_FILE
-R4_RUNS = ([TIER_RUN_DIR.format(round=r, tier=k) for r, k in SCHEDULE]
+# The runs of the campaign's fixed rounds and the other measurements; the further rounds of a sequential campaign
+# come in through the campaign's conditions (its input, rule render_R4), which list every run and its record.
+R4_RUNS = ([TIER_RUN_DIR.format(round=r, tier=k) for r, unit in CAMPAIGN_PLAN.fixed for k in unit]
            + ([f"{R1_DIR}/reads", f"{R1_DIR}/resume"] if R1["enabled"] else [])
            + ([BOUNDARY_CELLS] if BOUNDARY["enabled"] else []) + ([G2_STORAGE_DIR] if GATES_ON else [])
            + ([R9_DIR] if R9_ON else []))

@@ -119,6 +119,7 @@ rule gate_g3:
         gate=f"{GATES_DIR}/G2.proceed",
         rounds=rules.campaign.output.rounds,
         correctness=rules.campaign.output.correctness,
+        conditions=rules.campaign.output.conditions,
     output:
         record=f"{GATES_DIR}/G3.json",
     params:
@@ -134,7 +135,7 @@ rule gate_g3:
         "../../environment.yml"
     shell:
         "kvtier gate-g3 --rounds {input.rounds:q} --correctness {input.correctness:q} --settings {params.settings:q}"
-        " --why {params.why:q}"
+        " --conditions {input.conditions:q} --why {params.why:q}"
         " --out {output.record:q} > {log:q} 2>&1 || test -s {output.record:q}"
 
 

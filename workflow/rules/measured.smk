@@ -81,6 +81,7 @@ rule render_R4:
     input:
         notebook="notebooks/R4.ipynb",
         runs=R4_INPUTS,
+        campaign=rules.campaign.output.conditions,
         gate=G1_RECORD,
     output:
         html=report(f"{EVIDENCE}/R4/R4.html", **PAGE_REPORT["R4"]),
@@ -90,7 +91,8 @@ rule render_R4:
     params:
         campaign=RUNS["campaign"],
         argv=lambda wildcards, input, output: render_args(
-            "R4", input.notebook, os.path.dirname(output.html), {"runs_dir": CAMPAIGN_DIR}, PLATFORM_RECORDS,
+            "R4", input.notebook, os.path.dirname(output.html), {"runs_dir": CAMPAIGN_DIR},
+            PLATFORM_RECORDS + [input.campaign],
             gates=input.gate, **RENDER_OPTIONS,
         ),
     resources:

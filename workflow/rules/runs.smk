@@ -1,7 +1,7 @@
 # Measured tiered cold-resume runs: one job per server start and round (kvtier.core.tiers.server_units: a tier,
 # or two tiers on the same servers; servers started, measured, stopped), and R3's run as two jobs (instance A
-# populates the shared pool and hands off, instance B resumes from it), in the rotated order of UNIT_PLAN, then the
-# campaign's tables. On a cluster, the tier runs between two R3 runs of a round go as one job (RUN_GROUP).
+# populates the shared pool and hands off, instance B resumes from it), in the rotated order of CAMPAIGN_PLAN, then the
+# campaign's tables. On a cluster, the tier runs between two R3 runs of a round go as one job (run_group).
 # Measurements never overlap: each holds the whole `measurement` resource (limit 1 in workflow/profiles/default)
 # and the node's measurement lock (kvtier.core.node_lock). One rule per unit, since a unit's outputs are its tiers'
 # run directories.
@@ -13,7 +13,7 @@ for _unit in [unit for unit in RUN_UNITS if unit != (CROSS_INSTANCE,)]:
         name:
             "tier_run_" + "_".join(_unit)
         group:
-            lambda wildcards, unit=_unit: RUN_GROUP[(int(wildcards.round), frozenset(unit))]
+            lambda wildcards, unit=_unit: run_group(int(wildcards.round), unit)
         message:
             f"Tier run {' then '.join(_unit)}, round {{wildcards.round}}: real vLLM (+ LMCache), the cold-resume "
             "protocol, into {output}"
@@ -92,13 +92,47 @@ rule r3_resume:
         "> {log:q} 2>&1"
 
 
+# Sequential rounds (runs.max_rounds): the look after `after` rounds, on every run up to it. A checkpoint: the
+# units of round `after` + 1 are what it names (CAMPAIGN_PLAN, common.smk). Defined only for sequential rounds: in a
+# workflow without checkpoints `--allowed-rules` keeps every other rule out of the DAG (tests/test_slurm.py).
+if CAMPAIGN_ROUNDS.sequential:
+
+    checkpoint campaign_look:
+        message:
+            "Campaign {params.campaign}: the comparisons after {wildcards.after} rounds, and what the next round"
+            " measures"
+        input:
+            runs=lambda wildcards: campaign_runs(int(wildcards.after)),
+            previous=lambda wildcards: ([LOOK_FILE.format(after=int(wildcards.after) - 1)]
+                                        if int(wildcards.after) > RUNS["rounds"] else []),
+        output:
+            LOOK_FILE,
+        wildcard_constraints:
+            after="[1-9][0-9]*",
+        params:
+            campaign=RUNS["campaign"],
+            campaign_dir=lambda wildcards, output: os.path.dirname(os.path.dirname(output[0])),
+            settings=LOOK_SETTINGS,
+            previous=lambda wildcards, input: ["--previous", *input.previous] if input.previous else [],
+        resources:
+            **SMALL_JOB,
+        log:
+            f"logs/campaign/{RUNS['campaign']}-look-after-{{after}}.log",
+        conda:
+            "../../environment.yml"
+        shell:
+            "kvtier campaign-look {params.campaign_dir:q} --after {wildcards.after:q} --settings {params.settings:q} "
+            "{params.previous:q} --out {output:q} > {log:q} 2>&1"
+
+
 rule campaign:
     group:
         GATE_GROUP["G2"]
     message:
         "Campaign {params.campaign}: readings, attribution and correctness from its tier runs"
     input:
-        runs=[TIER_RUN_DIR.format(round=r, tier=k) for r, k in SCHEDULE],
+        runs=lambda wildcards: campaign_runs(),
+        looks=campaign_looks,
     output:
         readings=f"{CAMPAIGN_DIR}/R2_readings.csv",
         rounds=f"{CAMPAIGN_DIR}/R2_rounds.csv",
@@ -108,6 +142,9 @@ rule campaign:
     params:
         campaign=RUNS["campaign"],
         campaign_dir=lambda wildcards, output: os.path.dirname(output.readings),
+        # (while a look is pending, a dry run's input is that look's file: one name, not a list)
+        looks=lambda wildcards, input: [arg for look in ([input.looks] if isinstance(input.looks, str) else input.looks)
+                                        for arg in ("--look", look)],
     resources:
         **SMALL_JOB,
     log:
@@ -115,4 +152,4 @@ rule campaign:
     conda:
         "../../environment.yml"
     shell:
-        "kvtier campaign {params.campaign_dir:q} > {log:q} 2>&1"
+        "kvtier campaign {params.campaign_dir:q} {params.looks:q} > {log:q} 2>&1"

@@ -127,9 +127,11 @@ def winners(grid: pd.DataFrame, candidate: str = OFFLOAD, baseline: str = ENGINE
     return pd.DataFrame(rows, columns=WINNER_COLUMNS)
 
 
-def undecided_cells(grid: pd.DataFrame, plan: sequential.Plan) -> set[tuple[int, int]]:
+def undecided_cells(grid: pd.DataFrame, plan: sequential.Plan,
+                    slas: list[tuple[str, float]] = ()) -> set[tuple[int, int]]:
     """(context, concurrency) of the cells whose winner is still a tie under `plan` (what a sequential boundary run
-    measures again), and of those with fewer rounds than the plan's minimum."""
+    measures again), of those with fewer rounds than the plan's minimum, and of those where a scheme's verdict
+    against one of `slas` is still UNDECIDED."""
     every = {(int(x), int(c)) for x, c in grid[["context_tokens", "concurrency"]].drop_duplicates()
              .itertuples(index=False)}
     if grid.empty or grid["ttft_p50_s"].isna().all():
@@ -137,6 +139,10 @@ def undecided_cells(grid: pd.DataFrame, plan: sequential.Plan) -> set[tuple[int,
     won = winners(grid, plan=plan)
     decided = {(int(x), int(c)) for x, c, w in zip(won["context_tokens"], won["concurrency"], won["winner"])
                if w != TIE}
+    if slas:
+        regions = sla_regions(grid, list(slas), plan)
+        decided -= {(int(x), int(c)) for x, c, v in zip(regions["context_tokens"], regions["concurrency"],
+                                                        regions["verdict"]) if v == stats.UNDECIDED}
     return every - decided
 
 
@@ -290,10 +296,13 @@ def parse_slas(text: str) -> list[tuple[str, float]]:
     return slas
 
 
-def sla_regions(grid: pd.DataFrame, slas: list[tuple[str, float]]) -> pd.DataFrame:
+def sla_regions(grid: pd.DataFrame, slas: list[tuple[str, float]],
+                plan: sequential.Plan | None = None) -> pd.DataFrame:
     """For each SLA (metric, seconds), each cell and each scheme: MET / NOT MET / UNDECIDED from the scheme's
-    interval over the rounds, with its median."""
+    interval over the rounds (under a sequential plan, `plan` or the grid's own, that of its last look), with its
+    median."""
     check_grid(grid)
+    plan = plan or plan_of(grid)
     rows = []
     for metric, limit in slas:
         if limit <= 0:
@@ -306,7 +315,8 @@ def sla_regions(grid: pd.DataFrame, slas: list[tuple[str, float]]) -> pd.DataFra
             values = tables.per_round(grid, metric, scheme=scheme, concurrency=c, context_tokens=context)
             if not values:
                 continue
-            figure = stats.estimate(values.values())
+            fits = plan is not None and plan.min_rounds <= len(values) <= plan.max_rounds
+            figure = sequential.interval(list(values.values()), plan) if fits else stats.estimate(values.values())
             rows.append({"metric": metric, "sla_s": limit, "scheme": scheme, "context_tokens": int(context),
                          "concurrency": int(c), "value": figure.point, "low": figure.low, "high": figure.high,
                          "verdict": stats.target(figure, limit, at_least=False)})

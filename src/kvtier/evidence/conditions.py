@@ -25,6 +25,8 @@ def campaign_markdown(conditions: dict) -> str:
         lines.append("- **Warning**: the runs of this campaign were not all probed on the same host, versions "
                      "and model; see each run's probes/platform.json.")
     lines.append(rounds_line(c.get("order") or []))
+    if (c.get("sequential") or {}).get("looks"):
+        lines.append(sequential_line(c["sequential"]))
     lines.append(quiet_line(c.get("quiet")))
     files = list(c.get("platform_file", {}).values())
     if files:
@@ -103,6 +105,20 @@ def rounds_line(order: list[dict]) -> str:
             + (", runs joined by + on one server start (the second found the servers the first started)"
                if shared else ", each on servers it started") +
             f", and the order rotated from round to round (as measured: {sequence})")
+
+
+def sequential_line(sequential: dict) -> str:
+    """How a campaign's sequential rounds went (kvtier.evidence.campaign_rounds.record): each look, what it left
+    undecided and what the next round measured, and why the rounds stopped."""
+    looks = "; ".join(
+        f"after {look['after_rounds']}: {look['undecided']} undecided"
+        + (f", round {look['after_rounds'] + 1} measured {', '.join('+'.join(u) for u in look['next_units'])}"
+           if look["next_units"] else f", stop ({look['stop']})") for look in sequential["looks"])
+    return (f"- **Sequential rounds**: {sequential['min_rounds']} of every unit, then one more at a time of only "
+            f"the units whose comparisons (each tier against recompute) were undecided, up to "
+            f"{sequential['max_rounds']} or {sequential['budget_s']:g} s; {sequential['plan']}. Looks: {looks}. "
+            f"The rounds stopped: {sequential['stop']} (after {sequential['spent_s']:g} s of further rounds); "
+            "each comparison's `stop` and `to_decide` columns say why its own rounds ended")
 
 
 def quiet_line(quiet: dict | None, what: str = "windows") -> str:

@@ -21,7 +21,7 @@ import pandas as pd
 from ..core.errors import KvtierError
 from ..core.table_io import read_table, write_table
 from ..core.tiers import CROSS_INSTANCE, TIER_NAMES, TIERS
-from . import stats, tables
+from . import campaign_rounds, sequential, stats, tables
 from .published import load_readings
 
 READINGS_FILE, ROUNDS_FILE, ATTRIBUTION_FILE, CORRECTNESS_FILE, CONDITIONS_FILE = (
@@ -31,7 +31,7 @@ READINGS_FILE, ROUNDS_FILE, ATTRIBUTION_FILE, CORRECTNESS_FILE, CONDITIONS_FILE 
 COMPARISON_COLUMNS = [
     "concurrency", "tier", "baseline", "ttft_p50_speedup", "ttft_speedup_low", "ttft_speedup_high", "ttft_verdict",
     "output_tok_s_ratio", "output_tok_s_ratio_low", "output_tok_s_ratio_high", "output_tok_s_verdict",
-    "rounds", "interval", "tier_ttft_p50_s", "baseline_ttft_p50_s"]
+    "rounds", "interval", "tier_ttft_p50_s", "baseline_ttft_p50_s", "stop", "to_decide"]
 
 
 @dataclass(frozen=True)
@@ -103,21 +103,39 @@ def load(campaign_dir: str | os.PathLike, item: MeasuredItem | str) -> Measured:
                           + (f" ({item.switch})" if item.switch else ""))
     by_round = only(read_table(campaign_dir / ROUNDS_FILE), item.tiers)
     present = set(readings["tier"])
+    conditions = json.loads((campaign_dir / CONDITIONS_FILE).read_text())
+    plan = campaign_rounds.plan_of(conditions)
+    stop = (conditions.get("sequential") or {}).get("stop", campaign_rounds.FIXED)
     return Measured(
         item=item,
         readings=readings,
         rounds=by_round,
         table=tables.wide_table(readings, [t for t in item.tiers if t in present]),
-        comparisons={c.name: compare_rounds(by_round, c.pairs) for c in item.comparisons},
+        comparisons={c.name: compare_rounds(by_round, c.pairs, plan, stop) for c in item.comparisons},
         attribution=attribution,
         correctness=only(read_table(campaign_dir / CORRECTNESS_FILE), item.windows),
-        conditions=json.loads((campaign_dir / CONDITIONS_FILE).read_text()),
+        conditions=conditions,
     )
 
 
-def compare_rounds(by_round: pd.DataFrame, pairs: tuple[tuple[str, str], ...]) -> pd.DataFrame:
+def _judged(samples: list[float], plan: sequential.Plan | None) -> tuple[stats.Estimate, str, str]:
+    """A ratio's interval and word (above 1 better), and what would decide it: under a sequential plan its
+    interval at the campaign's last look (kvtier.evidence.sequential, an outlier round deciding nothing alone),
+    else kvtier.evidence.stats'."""
+    if plan is None or not plan.min_rounds <= len(samples) <= plan.max_rounds:
+        figure = stats.estimate(samples)
+        return figure, stats.word(figure), ""
+    judgement = sequential.judge(samples, 1.0, plan)
+    word = stats.FASTER if judgement.side > 0 else stats.SLOWER if judgement.side < 0 else stats.NO_DIFFERENCE
+    return judgement.figure, word, sequential.what_would_decide(judgement)
+
+
+def compare_rounds(by_round: pd.DataFrame, pairs: tuple[tuple[str, str], ...], plan: sequential.Plan | None = None,
+                   stop: str = campaign_rounds.FIXED) -> pd.DataFrame:
     """Each (tier, baseline) pair at each concurrency where both have a valid TTFT in at least one common round:
-    the per-round speed-up and throughput ratio summarised by kvtier.evidence.stats, stacked in the pairs' order."""
+    the per-round speed-up and throughput ratio summarised by kvtier.evidence.stats (under the campaign's
+    sequential `plan`, by kvtier.evidence.sequential), stacked in the pairs' order; `stop`: why the campaign's
+    rounds stopped, said of a comparison its rounds did not decide."""
     rows = []
     for tier, baseline in pairs:
         common = sorted(set(by_round.loc[by_round["tier"] == tier, "concurrency"])
@@ -126,21 +144,25 @@ def compare_rounds(by_round: pd.DataFrame, pairs: tuple[tuple[str, str], ...]) -
             ttft = {side: tables.per_round(by_round, "ttft_p50_s", tier=side, concurrency=c) for side in (tier, baseline)}
             if not stats.paired_ratios(ttft[baseline], ttft[tier]):
                 continue
-            speedup = stats.ratio(ttft[baseline], ttft[tier])
+            speedup, ttft_word, to_decide = _judged(stats.paired_ratios(ttft[baseline], ttft[tier]), plan)
             tok = {side: tables.per_round(by_round, "output_tok_s", tier=side, concurrency=c) for side in (tier, baseline)}
-            throughput = stats.ratio(tok[tier], tok[baseline]) if stats.paired_ratios(tok[tier], tok[baseline]) \
-                else None
+            tok_ratios = stats.paired_ratios(tok[tier], tok[baseline])
+            throughput, tok_word, _ = _judged(tok_ratios, plan) if tok_ratios else (None, None, "")
+            decided = ttft_word in (stats.FASTER, stats.SLOWER)
             rows.append({
                 "concurrency": int(c), "tier": tier, "baseline": baseline,
                 "ttft_p50_speedup": speedup.point, "ttft_speedup_low": speedup.low,
-                "ttft_speedup_high": speedup.high, "ttft_verdict": stats.word(speedup),
+                "ttft_speedup_high": speedup.high, "ttft_verdict": ttft_word,
                 "output_tok_s_ratio": throughput.point if throughput else None,
                 "output_tok_s_ratio_low": throughput.low if throughput else None,
                 "output_tok_s_ratio_high": throughput.high if throughput else None,
-                "output_tok_s_verdict": stats.word(throughput) if throughput else None,
+                "output_tok_s_verdict": tok_word,
                 "rounds": speedup.rounds, "interval": speedup.method,
                 "tier_ttft_p50_s": stats.estimate(ttft[tier].values()).point,
                 "baseline_ttft_p50_s": stats.estimate(ttft[baseline].values()).point,
+                "stop": (stop if not plan else campaign_rounds.DECIDED if decided
+                         else campaign_rounds.WITH_THE_CAMPAIGN if stop == campaign_rounds.DECIDED else stop),
+                "to_decide": "" if decided else to_decide,
             })
     return pd.DataFrame(rows, columns=COMPARISON_COLUMNS)
 
@@ -155,9 +177,11 @@ def verdict_text(frame: pd.DataFrame) -> str:
         throughput = ("output tok/s not measured" if r.output_tok_s_verdict is None or pd.isna(r.output_tok_s_ratio)
                       else f"output tok/s {r.output_tok_s_verdict.upper()}, ratio {r.output_tok_s_ratio:.3g} "
                            f"[{r.output_tok_s_ratio_low:.3g}, {r.output_tok_s_ratio_high:.3g}]")
+        how = f"{r.rounds} rounds, {r.stop}" if getattr(r, "stop", None) else f"{r.rounds} rounds"
+        decide = f"; to decide: {r.to_decide}" if getattr(r, "to_decide", None) else ""
         lines.append(f"{r.tier} vs {r.baseline}, concurrency {r.concurrency}: TTFT {r.ttft_verdict.upper()}, "
                      f"speed-up {r.ttft_p50_speedup:.3g}x [{r.ttft_speedup_low:.3g}, {r.ttft_speedup_high:.3g}]; "
-                     f"{throughput}")
+                     f"{throughput} ({how}{decide})")
     return "\n".join(lines + [f"({method})" for method in dict.fromkeys(frame["interval"])])
 
 

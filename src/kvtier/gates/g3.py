@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from ..core.errors import KvtierError
-from ..evidence import stats, tables
+from ..evidence import sequential, stats, tables
 from .bom import FAIL, PASS
 
 
@@ -42,8 +42,9 @@ def _percent(ratio: stats.Estimate, sign: int) -> stats.Estimate:
     return stats.Estimate(100 * sign * (ratio.point - 1), ends[0], ends[1], ratio.rounds, ratio.method)
 
 
-def lines(by_round: pd.DataFrame, settings: G3Settings) -> list[dict]:
-    """One line per (concurrency, metric) measured for both tiers in at least one common round."""
+def lines(by_round: pd.DataFrame, settings: G3Settings, plan: sequential.Plan | None = None) -> list[dict]:
+    """One line per (concurrency, metric) measured for both tiers in at least one common round; under the
+    campaign's sequential `plan`, each interval is the one of its last look (kvtier.evidence.sequential)."""
     settings.check()
     rows = []
     tiers = set(by_round["tier"])
@@ -56,9 +57,11 @@ def lines(by_round: pd.DataFrame, settings: G3Settings) -> list[dict]:
                 ("output_tok_s", +1, settings.tok_gain_min_pct, "output tok/s gain %")):
             mine, theirs = (tables.per_round(by_round, metric, tier=t, concurrency=c)
                             for t in (settings.candidate, settings.baseline))
-            if not stats.paired_ratios(mine, theirs):
+            ratios = stats.paired_ratios(mine, theirs)
+            if not ratios:
                 continue
-            figure = _percent(stats.ratio(mine, theirs), sign)
+            fits = plan is not None and plan.min_rounds <= len(ratios) <= plan.max_rounds
+            figure = _percent(sequential.interval(ratios, plan) if fits else stats.estimate(ratios), sign)
             rows.append({"name": f"concurrency {int(c)}: {name}", "concurrency": int(c), "metric": name, "threshold_pct": threshold,
                          "point_pct": figure.point, "low_pct": figure.low, "high_pct": figure.high,
                          "rounds": figure.rounds, "interval": figure.method,

@@ -74,18 +74,29 @@ def replay(settings: BoundarySettings, stacks: dict[str, TierStack], boundary_di
     records = []
     with RecordWriter(boundary_dir / CELLS_DIR / REPLAYS_FILE) as writer:
         for round_, context, c, rid, why in requests:
-            cfg = cell_config(settings, engine, round_, context, c)
-            if cfg.seed not in ids:  # the alphabet a round's prompts were drawn from (the server's tokenizer)
-                ids[cfg.seed] = alphabet(ServerTokenizer(cfg.base_url, cfg.model), cfg.seed)
-            items = {item.request_id: item for phase in plan(cfg, ids[cfg.seed]) for item in phase.items}
-            item = items[rid]
-            payload = backend.body("completions", tier.served_name, item.prompt, item.output_tokens)
+            payload, problem = None, None
+            try:
+                cfg = cell_config(settings, engine, round_, context, c)
+                if cfg.seed not in ids:  # the alphabet a round's prompts were drawn from (the server's tokenizer)
+                    ids[cfg.seed] = alphabet(ServerTokenizer(cfg.base_url, cfg.model), cfg.seed)
+                items = {item.request_id: item for phase in plan(cfg, ids[cfg.seed]) for item in phase.items}
+                item = items[rid]
+                payload = backend.body("completions", tier.served_name, item.prompt, item.output_tokens)
+            except Exception as exc:  # noqa: BLE001 - a replay that cannot be prepared is a recorded failure
+                problem = f"replay not prepared: {type(exc).__name__}: {exc}"
             for scheme in settings.schemes:
-                reset_prefix_cache(stacks[scheme].vllm.base_url)
                 labels = {"replay_of": rid, "round": round_, "context_tokens": context, "concurrency": c,
                           "scheme": scheme, "why": why}
                 record = new_record("replay", 0, f"{rid}/alone/{scheme}", "replay", 1, labels)
-                record = asyncio.run(_alone(stacks[scheme], payload, record, tier.timeout_s))
+                # The grid is measured by now: a replay that fails is recorded as failed (the page says which),
+                # never an exception that would fail the job and take the cells with it.
+                try:
+                    if problem:
+                        raise RuntimeError(problem)
+                    reset_prefix_cache(stacks[scheme].vllm.base_url)
+                    record = asyncio.run(_alone(stacks[scheme], payload, record, tier.timeout_s))
+                except Exception as exc:  # noqa: BLE001
+                    record = {**record, "error": problem or f"{type(exc).__name__}: {exc}"}
                 writer.write(record)
                 records.append(record)
     return records

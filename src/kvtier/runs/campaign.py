@@ -138,12 +138,26 @@ def runs_of(campaign_dir: str | os.PathLike) -> list[RunRef]:
     return sorted(found, key=lambda r: (r.start, r.round, r.kind))
 
 
-def aggregate(campaign_dir: str | os.PathLike) -> dict[str, pd.DataFrame]:
-    """Build the campaign's tables from its runs and write them as CSV."""
+def aggregate(campaign_dir: str | os.PathLike, sequential: dict | None = None) -> dict[str, pd.DataFrame]:
+    """Build the campaign's tables from its runs and write them as CSV, with its conditions; `sequential`: how its
+    rounds were decided (kvtier.evidence.campaign_rounds.record), kept in the conditions."""
     campaign_dir = Path(campaign_dir)
     runs = runs_of(campaign_dir)
     if not runs:
         raise KvtierError(f"{campaign_dir}: no finished tier run under {round_dir('<r>')}/<tier>/")
+    tables = collect(campaign_dir, runs)
+    quiet_of = tables.pop("quiet")
+    written = {**conditions(campaign_dir, runs), "quiet": quiet.summary(quiet_of),
+               "sequential": sequential or {"stop": "fixed rounds", "rounds": len({r.round for r in runs})}}
+    write_text(campaign_dir / "conditions.json", json.dumps(written, indent=2) + "\n")
+    for name, frame in tables.items():
+        write_table(frame, campaign_dir / f"{name}.csv")
+    return tables
+
+
+def collect(campaign_dir: Path, runs: list[RunRef]) -> dict:
+    """The campaign's tables from `runs` (runs_of), written nowhere: R2_rounds, R2_readings, attribution and
+    correctness, and `quiet` (each window's quiet check, named)."""
     rounds, attributions, correctness, quiet_of = [], [], [], []
     references = {r.round: _outputs(r.path) for r in runs if r.kind == "recompute"}
     for run in runs:
@@ -167,14 +181,10 @@ def aggregate(campaign_dir: str | os.PathLike) -> dict[str, pd.DataFrame]:
                            "ttft_p50_s": ttft.get("p50") if row["valid"] else None,
                            "output_tok_s": window["output_tok_s"]["aggregate"] if row["valid"] else None})
     by_round = _in_order(pd.DataFrame(rounds, columns=["round", *READING_COLUMNS]), ["tier", "concurrency", "round"])
-    written = {**conditions(campaign_dir, runs), "quiet": quiet.summary(quiet_of)}
-    write_text(campaign_dir / "conditions.json", json.dumps(written, indent=2) + "\n")
-    tables = {"R2_rounds": by_round, "R2_readings": medians(by_round),
-              "attribution": _in_order(pd.DataFrame(attributions), ["tier", "concurrency", "round"]),
-              "correctness": _in_order(pd.DataFrame(correctness), ["tier", "concurrency", "round"])}
-    for name, frame in tables.items():
-        write_table(frame, campaign_dir / f"{name}.csv")
-    return tables
+    return {"R2_rounds": by_round, "R2_readings": medians(by_round),
+            "attribution": _in_order(pd.DataFrame(attributions), ["tier", "concurrency", "round"]),
+            "correctness": _in_order(pd.DataFrame(correctness), ["tier", "concurrency", "round"]),
+            "quiet": quiet_of}
 
 
 def _in_order(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:

@@ -5,7 +5,7 @@ side always comes last. The statistics over the rounds are kvtier.evidence.stats
 from __future__ import annotations
 
 import itertools
-from typing import Sequence
+from typing import Callable, Sequence
 
 
 def rotation(items: Sequence, rounds: int) -> list[list]:
@@ -59,3 +59,45 @@ def stretches(plan: list[tuple[int, tuple[str, ...]]], apart: Sequence[str]) -> 
             names[(round_, frozenset(unit))] = f"round{round_}_{stretch}"
             open_ = True
     return names
+
+
+class CampaignPlan:
+    """A campaign's server starts round by round: `rounds` fixed rounds of every unit in the rotated order
+    (units_in_order), then, up to `most`, each further round of the units the look after the round before chose
+    (`chosen(after)`, in that round's order: kvtier.evidence.campaign_rounds), while it chose any. The pipeline's
+    `chosen` reads a look's file, so asking for a further round waits for that look (a Snakemake checkpoint)."""
+
+    def __init__(self, units: Sequence, rounds: int, most: int, chosen: Callable[[int], list[tuple[str, ...]]]):
+        self.fixed = units_in_order(units, rounds)
+        self.rounds, self.most, self.chosen = rounds, most, chosen
+
+    def round(self, round_: int) -> list[tuple[int, tuple[str, ...]]]:
+        """(round, unit) of one round, in the order measured."""
+        if round_ <= self.rounds:
+            return [(r, unit) for r, unit in self.fixed if r == round_]
+        return [(round_, tuple(unit)) for unit in self.chosen(round_ - 1)]
+
+    def plan(self, until: int | None = None) -> list[tuple[int, tuple[str, ...]]]:
+        """(round, unit) of every server start up to round `until` (default: all), in order."""
+        plan = list(self.fixed)
+        for round_ in range(self.rounds + 1, (until or self.most) + 1):
+            more = self.round(round_)
+            if not more:
+                break
+            plan += more
+        return plan
+
+    def last_round(self) -> int:
+        return max(r for r, _ in self.plan())
+
+    def before(self, round_: int, unit: Sequence[str]) -> list[tuple[int, str]] | None:
+        """(round, kind) of the runs measured just before `unit` of `round_`: in the fixed rounds the unit before
+        it (the last of the round before for a round's first); in a further round the unit before it in that
+        round, or None for its first (which waits for the look that chose it)."""
+        found = before(self.fixed if round_ <= self.rounds else self.round(round_), round_, unit)
+        return found if found or round_ <= self.rounds else None
+
+    def group(self, round_: int, unit: Sequence[str], apart: Sequence[str]) -> str:
+        """The cluster job group of a unit (stretches), for a further round from that round's own units."""
+        plan = self.fixed if round_ <= self.rounds else self.round(round_)
+        return stretches(plan, apart)[(round_, frozenset(unit))]
