@@ -48,6 +48,11 @@ def test_every_tier_against_recompute_drives_rounds():
     pairs = {(d.tier, d.baseline, d.metric, d.threshold) for d in cr.drivers(KINDS)}
     assert pairs == {(t, "recompute", m, 1.0) for t in KINDS if t != "recompute" for m in ("ttft_p50_s", "output_tok_s")}
     assert cr.drivers(["dram", "local_disk"]) == [], "without recompute nothing is compared against it"
+    # runs.sequential_tiers: only these tiers' comparisons drive rounds (the test preset's, to bound its cost).
+    assert {d.tier for d in cr.drivers(KINDS, ["cross_instance"])} == {"cross_instance"}
+    for only in (["pool"], ["recompute"]):
+        with pytest.raises(KvtierError, match=f"runs.sequential_tiers: {only[0]} not a tier measured"):
+            cr.drivers(KINDS, only)
 
 
 def test_a_look_measures_again_only_the_units_of_what_is_undecided_with_recompute():

@@ -40,7 +40,7 @@ def test_interrupting_a_rule_stops_every_server(tmp_path):
     # LMCache: no build to wait for), and nothing measured before it.
     target = "raw_data/runs/test/round-1/dram"
     # One tier: G3, which compares the pool with recompute, has nothing to judge, so no gates.
-    (project / "one_run.yaml").write_text("runs: {tiers: [dram], cross_instance: false, rounds: 1}\n"
+    (project / "one_run.yaml").write_text("runs: {tiers: [dram], cross_instance: false, rounds: 1, max_rounds: 1}\n"
                                           "gates: {enabled: false}\nlmcache: {build: installed}\n")
     proc = subprocess.Popen(["snakemake", target, "--cores", "2", "--configfile", "config/presets/test.yaml",
                              "one_run.yaml"],

@@ -331,6 +331,7 @@ def _cmd_campaign_look(args) -> None:
         rounds = campaign_rounds.CampaignRounds(settings["rounds"], settings.get("max_rounds"),
                                                 settings.get("budget_s"))
         units = [tuple(u) for u in settings["units"]]
+        only = settings.get("sequential_tiers")
     except (KeyError, TypeError) as exc:
         raise KvtierError(f"--settings: needs rounds, max_rounds, budget_s and units: {exc}") from exc
     kinds = [kind for unit in units for kind in unit]
@@ -340,7 +341,7 @@ def _cmd_campaign_look(args) -> None:
             previous = json.loads(Path(args.previous).read_text())
         except (OSError, json.JSONDecodeError) as exc:
             raise KvtierError(f"--previous {args.previous}: not a campaign look ({exc})") from exc
-    found = campaign_rounds.look(args.campaign_dir, args.after, rounds, units, campaign_rounds.drivers(kinds),
+    found = campaign_rounds.look(args.campaign_dir, args.after, rounds, units, campaign_rounds.drivers(kinds, only),
                                  previous)
     write_text(args.out, json.dumps(found, indent=2) + "\n")
     print(f"campaign look after {args.after} rounds: {len(found['undecided'])} comparison(s) undecided; "
@@ -768,8 +769,9 @@ def build_parser() -> argparse.ArgumentParser:
                        "choose the units the next round measures (kvtier.evidence.campaign_rounds)")
     p.add_argument("campaign_dir")
     p.add_argument("--after", type=int, required=True, help="the rounds measured so far (K)")
-    p.add_argument("--settings", required=True, help="JSON: rounds, max_rounds, budget_s and units (the server "
-                   "units, kvtier.core.tiers.server_units)")
+    p.add_argument("--settings", required=True, help="JSON: rounds, max_rounds, budget_s, units (the server "
+                   "units, kvtier.core.tiers.server_units) and sequential_tiers (those whose comparisons drive "
+                   "rounds; null: every one)")
     p.add_argument("--previous", help="the look after K - 1 rounds (where the budget's clock started)")
     p.add_argument("--out", required=True, help="where the look goes (JSON)")
     p.set_defaults(func=_cmd_campaign_look)

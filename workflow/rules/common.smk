@@ -90,7 +90,7 @@ TIER_SETTINGS = json.dumps({"model_dir": MODEL_DIR, "served_name": MODEL["served
                             "l2_use_odirect": LMCACHE["use_odirect"], "quiet": QUIET,
                             **{key: value for key, value in RUNS.items()
                                if key not in ("enabled", "campaign", "tiers", "cross_instance", "server", "rounds",
-                                              "max_rounds", "budget_s", "share_servers")}})
+                                              "max_rounds", "budget_s", "sequential_tiers", "share_servers")}})
 # The campaign's runs: one per tier, and R3's cross-instance run, in every one of `runs.rounds` rounds; grouped
 # by server start (kvtier.core.tiers.server_units): one job per unit and round.
 RUN_KINDS = list(RUNS["tiers"]) + (["cross_instance"] if RUNS["cross_instance"] else [])
@@ -102,6 +102,7 @@ CROSS_INSTANCE = kvtier_tiers.CROSS_INSTANCE
 # grows by what it names. Without runs.max_rounds (or equal to runs.rounds) the rounds are fixed and there is no look.
 try:  # refused at load, not when the first look runs
     CAMPAIGN_ROUNDS = kvtier_campaign_rounds.CampaignRounds(RUNS["rounds"], RUNS.get("max_rounds"), RUNS["budget_s"])
+    kvtier_campaign_rounds.drivers(RUN_KINDS, RUNS.get("sequential_tiers"))
 except KvtierError as exc:
     sys.exit(f"kvtier: {_config_source}: {exc}")
 LOOK_FILE = f"{CAMPAIGN_DIR}/{kvtier_campaign_rounds.look_file('{after}')}"
@@ -130,7 +131,7 @@ run_group = lambda round_, unit: CAMPAIGN_PLAN.group(round_, unit, (CROSS_INSTAN
 
 # What a look is told (kvtier campaign-look --settings): the plan and the units.
 LOOK_SETTINGS = json.dumps({"rounds": RUNS["rounds"], "max_rounds": CAMPAIGN_ROUNDS.most, "budget_s": RUNS["budget_s"],
-                            "units": [list(u) for u in RUN_UNITS]})
+                            "units": [list(u) for u in RUN_UNITS], "sequential_tiers": RUNS.get("sequential_tiers")})
 # R3's hand-off (kvtier.runs.cross_instance): what instance A's job leaves for instance B's.
 R3_HANDOFF_DIR = f"{CAMPAIGN_DIR}/{kvtier_campaign.round_dir('{round}')}/{CROSS_INSTANCE}_handoff"
 

@@ -86,13 +86,17 @@ class Driver:
     threshold: float = 1.0
 
 
-def drivers(kinds: list[str]) -> list[Driver]:
-    """The driving comparisons of a campaign measuring `kinds`: every tier against recompute, by TTFT p50 and by
-    output tok/s (R2_local, R3). G3's lines are judged on the same rounds (their intervals the plan's), and its
-    default candidate against recompute is one of these; its thresholds do not choose units, so that a changed
-    threshold re-judges what was measured instead of asking to measure again."""
+def drivers(kinds: list[str], only: list[str] | None = None) -> list[Driver]:
+    """The driving comparisons of a campaign measuring `kinds`: every tier (of `only`, when given) against
+    recompute, by TTFT p50 and by output tok/s (R2_local, R3). G3's lines are judged on the same rounds (their
+    intervals the plan's), and its default candidate against recompute is one of these; its thresholds do not
+    choose units, so that a changed threshold re-judges what was measured instead of asking to measure again."""
+    unknown = sorted(set(only or ()) - set(kinds) | ({REFERENCE} & set(only or ())))
+    if unknown:
+        raise KvtierError(f"runs.sequential_tiers: {', '.join(unknown)} not a tier measured against {REFERENCE} "
+                          f"(measured: {', '.join(kinds)})")
     return [Driver(f"{tier} vs {REFERENCE}: {metric}", tier, REFERENCE, metric)
-            for tier in kinds if tier != REFERENCE and REFERENCE in kinds
+            for tier in kinds if tier != REFERENCE and REFERENCE in kinds and (only is None or tier in only)
             for metric in ("ttft_p50_s", "output_tok_s")]
 
 
