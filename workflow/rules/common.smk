@@ -102,7 +102,8 @@ CROSS_INSTANCE = kvtier_tiers.CROSS_INSTANCE
 # grows by what it names. Without runs.max_rounds (or equal to runs.rounds) the rounds are fixed and there is no look.
 try:  # refused at load, not when the first look runs
     CAMPAIGN_ROUNDS = kvtier_campaign_rounds.CampaignRounds(RUNS["rounds"], RUNS.get("max_rounds"), RUNS["budget_s"])
-    kvtier_campaign_rounds.drivers(RUN_KINDS, RUNS.get("sequential_tiers"))
+    if CAMPAIGN_ROUNDS.sequential:  # (fixed rounds have no look to drive: a preset's tiers may be left over)
+        kvtier_campaign_rounds.drivers(RUN_KINDS, RUNS.get("sequential_tiers"))
 except KvtierError as exc:
     sys.exit(f"kvtier: {_config_source}: {exc}")
 LOOK_FILE = f"{CAMPAIGN_DIR}/{kvtier_campaign_rounds.look_file('{after}')}"
