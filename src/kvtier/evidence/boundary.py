@@ -103,7 +103,7 @@ def winners(grid: pd.DataFrame, candidate: str = OFFLOAD, baseline: str = ENGINE
         if by_request:  # request by request: the same conversations, turns and order on both sides of a round
             paired = sorted(by_request)
             samples = [by_request[r] for r in paired]
-        fits = plan is not None and plan.min_rounds <= len(samples) <= plan.max_rounds
+        fits = sequential.applies(plan, len(samples))
         verdict = sequential.judge(samples, 1.0, plan if fits else None)
         ratio = verdict.figure
         below, above = (candidate, baseline) if lower else (baseline, candidate)
@@ -315,7 +315,7 @@ def sla_regions(grid: pd.DataFrame, slas: list[tuple[str, float]],
             values = tables.per_round(grid, metric, scheme=scheme, concurrency=c, context_tokens=context)
             if not values:
                 continue
-            fits = plan is not None and plan.min_rounds <= len(values) <= plan.max_rounds
+            fits = sequential.applies(plan, len(values))
             figure = sequential.interval(list(values.values()), plan) if fits else stats.estimate(values.values())
             rows.append({"metric": metric, "sla_s": limit, "scheme": scheme, "context_tokens": int(context),
                          "concurrency": int(c), "value": figure.point, "low": figure.low, "high": figure.high,

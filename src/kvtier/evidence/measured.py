@@ -122,7 +122,7 @@ def _judged(samples: list[float], plan: sequential.Plan | None) -> tuple[stats.E
     """A ratio's interval and word (above 1 better), and what would decide it: under a sequential plan its
     interval at the campaign's last look (kvtier.evidence.sequential, an outlier round deciding nothing alone),
     else kvtier.evidence.stats'."""
-    if plan is None or not plan.min_rounds <= len(samples) <= plan.max_rounds:
+    if not sequential.applies(plan, len(samples)):
         figure = stats.estimate(samples)
         return figure, stats.word(figure), ""
     judgement = sequential.judge(samples, 1.0, plan)

@@ -76,6 +76,12 @@ class Plan:
                 "the looks (Lan–DeMets, Pocock type)")
 
 
+def applies(plan: Plan | None, rounds: int) -> bool:
+    """Whether a comparison of `rounds` rounds was measured under `plan` (within its looks), so that its interval
+    is the plan's; otherwise it takes kvtier.evidence.stats' fixed-round interval."""
+    return plan is not None and plan.min_rounds <= rounds <= plan.max_rounds
+
+
 def interval(samples: list[float], plan: Plan, look: int | None = None) -> stats.Estimate:
     """The interval of the look after `look` rounds (len(samples) by default): Student's t on the log mean of the
     samples at that look's level (kvtier.evidence.stats), widened if need be to hold the median beside it."""

@@ -60,7 +60,7 @@ def lines(by_round: pd.DataFrame, settings: G3Settings, plan: sequential.Plan | 
             ratios = stats.paired_ratios(mine, theirs)
             if not ratios:
                 continue
-            fits = plan is not None and plan.min_rounds <= len(ratios) <= plan.max_rounds
+            fits = sequential.applies(plan, len(ratios))
             figure = _percent(sequential.interval(ratios, plan) if fits else stats.estimate(ratios), sign)
             rows.append({"name": f"concurrency {int(c)}: {name}", "concurrency": int(c), "metric": name, "threshold_pct": threshold,
                          "point_pct": figure.point, "low_pct": figure.low, "high_pct": figure.high,
