@@ -298,3 +298,13 @@ def test_a_mismatch_replayed_alone_explains_its_cell_or_leaves_it_invalid(identi
                (2, "offload", 1024, 2): {"a": ("x", 0.1), "b": ("y", 0.1)}}
     assert chosen(outputs, 1) == [(1, 1024, 2, "b", "mismatch"), (2, 1024, 2, "a", "control")]
     assert chosen(outputs, 0) == [(1, 1024, 2, "b", "mismatch")]
+
+
+def test_a_winner_decided_in_a_cell_whose_rounds_went_on_for_an_sla_line_says_decided():
+    # A run stops a cell when its budget is spent, though only an SLA line was still open: the winner's own
+    # comparison was decided, and its row must not read "rounds spent" as if it were not.
+    g = two_schemes({2: 0.2, 4: 1.0}, {2: 0.4, 4: 1.0}).assign(stop="rounds spent")
+    won = boundary.winners(g, plan=boundary.sequential.Plan(3, 6)).set_index("concurrency")
+    assert won.loc[2, "winner"] == "engine_only"
+    assert won.loc[2, "stop"] == "decided (the cell's SLA lines: rounds spent)"
+    assert won.loc[4, "winner"] == boundary.TIE and won.loc[4, "stop"] == "rounds spent"

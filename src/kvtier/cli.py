@@ -519,6 +519,44 @@ def _cmd_g2_storage(args) -> None:
     print(f"G2 storage {run['status']}: {args.run_dir}")
 
 
+def _emulated_devices(text: str) -> list:
+    from .stack import emulated
+    try:
+        tiers = json.loads(text)
+    except ValueError as exc:
+        raise KvtierError(f"--tiers: not JSON ({exc})") from None
+    if not isinstance(tiers, dict) or not all(isinstance(e, dict) and "path" in e for e in tiers.values()):
+        raise KvtierError("--tiers: a JSON object {tier: {path, size, read, write, read_iops?, write_iops?}}")
+    return [emulated.Device.from_config(name, entry["path"], {k: v for k, v in entry.items() if k != "path"})
+            for name, entry in tiers.items()]
+
+
+def _cmd_emulate(args) -> int:
+    from .stack import emulated
+    if args.action == "check":
+        why = emulated.unavailable()
+        print(f"emulated tiers: {'not available here: ' + why if why else 'available'}")
+        return 1 if why else 0
+    if args.action == "down":
+        freed = emulated.teardown(args.state, remove_images=args.remove_images)
+        print(f"emulated tiers down: {', '.join(freed) if freed else 'nothing was up'}")
+        return 0
+    emulation = emulated.Emulation(_emulated_devices(args.tiers), args.state, args.name)
+    if args.action == "up":
+        record = emulation.up()
+        print(json.dumps(emulated.public(record), indent=1))
+        return 0
+    argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
+    if not argv:
+        raise KvtierError("kvtier emulate run: no command after --")
+    emulation.up()
+    try:
+        return emulation.run(argv)
+    finally:
+        for line in emulated.teardown(args.state):
+            print(f"emulated tiers: freed {line}", file=sys.stderr)
+
+
 def _cmd_advise(args) -> int:
     from .evidence import advise, boundary
     slas = [(metric, value) for metric, value in (("ttft_p50_s", args.sla_ttft_p50), ("ttft_p99_s", args.sla_ttft_p99))
@@ -840,6 +878,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run-dir", required=True, help="where the run goes (new)")
     p.add_argument("--settings", required=True, help="JSON of kvtier.runs.r9.LoadSettings")
     p.set_defaults(func=_cmd_r9_loads)
+
+    p = sub.add_parser("emulate", help="emulated storage tiers: each tier path on a loop-mounted ext4 image whose "
+                       "bandwidth a cgroup's block throttle caps (needs root)",
+                       description="Example: kvtier emulate run --tiers '{\"shared_pool\": {\"path\": "
+                       "\"pools/shared_pool\", \"size\": \"1GiB\", \"read\": \"100MB/s\", \"write\": "
+                       "\"100MB/s\"}}' -- fio ...")
+    emulate = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    state = argparse.ArgumentParser(add_help=False)
+    state.add_argument("--state", default="pools/emulated.json", help="where the emulation records what it set up")
+    tiers = argparse.ArgumentParser(add_help=False)
+    tiers.add_argument("--tiers", required=True, help="JSON {tier: {path, size, read, write, read_iops?, "
+                       "write_iops?}}, units as in config (2GiB, 200MB/s)")
+    tiers.add_argument("--name", default="tiers", help="the cgroup's name (kvtier-emulated-NAME)")
+    q = emulate.add_parser("check", help="can this machine emulate tiers; exit 1, saying why, where it cannot")
+    q.set_defaults(func=_cmd_emulate)
+    q = emulate.add_parser("up", parents=[state, tiers], help="set up the devices and the cgroup; print the caps "
+                           "in force")
+    q.set_defaults(func=_cmd_emulate)
+    q = emulate.add_parser("down", parents=[state], help="free what --state records (after a killed run)")
+    q.add_argument("--remove-images", action="store_true", help="also delete the image files")
+    q.set_defaults(func=_cmd_emulate)
+    q = emulate.add_parser("run", parents=[state, tiers], help="up, the command after -- inside the cgroup, down; "
+                           "exit with the command's status")
+    q.add_argument("argv", nargs=argparse.REMAINDER, help="-- the command to run inside the cgroup")
+    q.set_defaults(func=_cmd_emulate)
 
     p = sub.add_parser("g2-storage", help="G2's storage baseline: fio's direct sequential write and read and 4 KiB "
                        "random read per tier path and queue depth, repeated")

@@ -110,6 +110,9 @@ def winners(grid: pd.DataFrame, candidate: str = OFFLOAD, baseline: str = ENGINE
         winner = below if verdict.side < 0 else above if verdict.side > 0 else TIE
         here = grid[(grid["context_tokens"] == context) & (grid["concurrency"] == c)]
         stop = here["stop"].iloc[0] if "stop" in here.columns and here["stop"].notna().any() else "fixed rounds"
+        if winner != TIE and stop in (sequential.ROUNDS_SPENT, sequential.MINUTES_SPENT):
+            # The cell's rounds went on for an SLA line still undecided (boundary-run --sla); this one is decided.
+            stop = f"{sequential.DECIDED} (the cell's SLA lines: {stop})"
         counted = "paired_requests" if by_request else "requests"
         requests = here[counted].dropna() if counted in here.columns else pd.Series(dtype=float)
         rows.append({"context_tokens": int(context), "concurrency": int(c), "ratio": ratio.point,
