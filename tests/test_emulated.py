@@ -81,6 +81,17 @@ def test_two_tiers_on_one_path_are_refused(tmp_path):
         emulated.Emulation([one, emulated.Device("local_disk", one.path, one.size_bytes, CAP, CAP)], tmp_path / "s")
 
 
+def test_what_a_machine_lacks_is_named(monkeypatch, tmp_path):
+    monkeypatch.setattr(emulated.os, "geteuid", lambda: 1000)
+    assert emulated.unavailable().startswith("needs root")
+    monkeypatch.setattr(emulated.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(emulated.shutil, "which", lambda tool: None if tool == "losetup" else f"/sbin/{tool}")
+    assert emulated.unavailable() == "needs losetup on PATH"
+    monkeypatch.setattr(emulated.shutil, "which", lambda tool: f"/sbin/{tool}")
+    monkeypatch.setattr(emulated, "LOOP_CONTROL", tmp_path / "loop-control")
+    assert emulated.unavailable().startswith("no loop devices")
+
+
 WHY_NOT = emulated.unavailable()
 needs_emulation = pytest.mark.skipif(WHY_NOT is not None, reason=f"emulated tiers: {WHY_NOT}")
 

@@ -264,9 +264,12 @@ def test_a_fault_this_machine_could_not_inject_is_named_and_left_out_of_the_verd
     assert g4.notes(rows) == ["pool_full at 100 s was not injected and is not judged (needs root (a loop-mounted "
                               "file system))"]
     assert "5 of 5 lines PASS; 1 fault(s) not injected, not judged" in g4.text(rows)
-    # A line that could be judged and was not still fails the gate.
-    failing = [*rows, {"name": "TTFT p99 drift %", "verdict": "UNDECIDED", "figure": None, "limit": 50, "why": ""}]
-    assert g4.verdict(failing) == "FAIL"
+    # A line that could be judged and was not leaves the gate UNDECIDED (as G3), not passed and not failed; a
+    # failed line fails it whatever else is undecided.
+    undecided = [*rows, {"name": "TTFT p99 drift %", "verdict": "UNDECIDED", "figure": None, "limit": 50, "why": ""}]
+    assert g4.verdict(undecided) == "UNDECIDED"
+    assert g4.verdict([*undecided, {**rows[0], "verdict": "FAIL"}]) == "FAIL"
+    assert g4.verdict([r for r in rows if r.get("not_injected")]) == "FAIL"  # nothing judged: nothing passed
 
 
 def test_rss_growth_is_decided_by_the_interval_of_its_growth_over_the_steady_span():

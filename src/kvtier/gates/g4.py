@@ -22,7 +22,8 @@ Lines, each PASS or FAIL with its figures (UNDECIDED where the soak gave too lit
                         engine (the control probe, intact, was), otherwise a silent corruption: FAIL, and a
                         changed output is a wrong answer
 
-The gate PASSes only when every line does, except that of a fault this machine could not inject (pool_full
+The gate FAILs when a line fails, is UNDECIDED when none failed and one could not be judged, and PASSes only
+when every line does, except that of a fault this machine could not inject (pool_full
 without root): that line is UNDECIDED with the reason, left out of the verdict, and named in the record's notes;
 G4 judges the faults that were injected, and says which were not.
 """
@@ -210,8 +211,13 @@ def _judged(rows: list[dict]) -> list[dict]:
 
 
 def verdict(rows: list[dict]) -> str:
-    judged = _judged(rows)
-    return PASS if judged and all(r["verdict"] == PASS for r in judged) else FAIL
+    """FAIL when a judged line failed (or none could be judged), PASS when every one passed, otherwise UNDECIDED
+    (as G3): a line the soak gave too little to judge is not a failure, and `gates.stop_on_undecided` decides
+    whether it stops what follows."""
+    words = {r["verdict"] for r in _judged(rows)}
+    if not words or FAIL in words:
+        return FAIL
+    return PASS if words == {PASS} else UNDECIDED
 
 
 def notes(rows: list[dict]) -> list[str]:

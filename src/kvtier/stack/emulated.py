@@ -34,6 +34,7 @@ from ..core.atomic import write_text
 from ..core.errors import KvtierError
 
 TOOLS = ("losetup", "mkfs.ext4", "mount", "umount")
+LOOP_CONTROL = Path("/dev/loop-control")
 CGROUP_V1 = Path("/sys/fs/cgroup/blkio")
 CGROUP_V2 = Path("/sys/fs/cgroup")
 CGROUP_PREFIX = "kvtier-emulated-"
@@ -228,6 +229,8 @@ def unavailable() -> str | None:
     missing = [tool for tool in TOOLS if not shutil.which(tool)]
     if missing:
         return f"needs {', '.join(missing)} on PATH"
+    if not LOOP_CONTROL.exists():
+        return f"no loop devices ({LOOP_CONTROL} is absent: a container without them, or the loop module unloaded)"
     if throttle() is None:
         return ("no writable block throttle: neither cgroup v1 blkio.throttle nor cgroup v2's io controller "
                 "can be written here")
