@@ -22,11 +22,11 @@ import os
 import random
 import shutil
 import signal
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.errors import KvtierError
+from ..stack.emulated import run_tool
 
 KINDS = ("kill_lmcache", "kill_vllm", "pool_full", "corrupt_chunk")
 FILLER = "kvtier-pool-full.fill"  # beside the pool's directory, on its file system
@@ -132,22 +132,17 @@ class PoolFileSystem:
         if fresh or not self.image.exists():
             with open(self.image, "wb") as image:
                 image.truncate(self.size_mb * 1024 * 1024)
-            _run(["mkfs.ext4", "-q", "-F", "-m", "0", str(self.image)])
-        _run(["mount", "-o", "loop", str(self.image), str(self.mount_point)])
+            run_tool(["mkfs.ext4", "-q", "-F", "-m", "0", str(self.image)])
+        run_tool(["mount", "-o", "loop", str(self.image), str(self.mount_point)])
         self.mounted = True
 
     def unmount(self, keep_image: bool) -> None:
         if self.mounted or os.path.ismount(self.mount_point):
-            _run(["umount", str(self.mount_point)])  # -o loop mounts free their loop device on umount
+            run_tool(["umount", str(self.mount_point)])  # -o loop mounts free their loop device on umount
             self.mounted = False
         if not keep_image:
             self.image.unlink(missing_ok=True)
 
-
-def _run(argv: list[str]) -> None:
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
-    if done.returncode != 0:
-        raise KvtierError(f"{' '.join(argv)}: exit {done.returncode}: {done.stderr.strip()[-400:]}")
 
 
 def fill(root: str | os.PathLike) -> int:

@@ -241,7 +241,8 @@ def unavailable() -> str | None:
 # Setting up and tearing down
 
 
-def _run(argv: list[str]) -> str:
+def run_tool(argv: list[str]) -> str:
+    """Run a system tool (losetup, mkfs.ext4, mount); its stdout, or an error naming the command and its stderr."""
     done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     if done.returncode != 0:
         raise KvtierError(f"{' '.join(argv)}: exit {done.returncode}: {done.stderr.strip()[-400:]}")
@@ -326,13 +327,13 @@ class Emulation:
                     with open(device.image, "wb") as image:
                         image.truncate(device.size_bytes)
                     # Inode tables and journal written now, not by a kernel thread during the measurements.
-                    _run(["mkfs.ext4", "-q", "-F", "-m", "0", "-E", "lazy_itable_init=0,lazy_journal_init=0",
+                    run_tool(["mkfs.ext4", "-q", "-F", "-m", "0", "-E", "lazy_itable_init=0,lazy_journal_init=0",
                           str(device.image)])
-                entry["loop"] = _run(["losetup", "--find", "--show", "--direct-io=on", str(device.image)])
+                entry["loop"] = run_tool(["losetup", "--find", "--show", "--direct-io=on", str(device.image)])
                 entry["dev"] = _major_minor(entry["loop"])
                 self._save()
                 Path(device.path).mkdir(parents=True, exist_ok=True)
-                _run(["mount", "-t", "ext4", entry["loop"], str(device.path)])
+                run_tool(["mount", "-t", "ext4", entry["loop"], str(device.path)])
                 entry["mounted"] = True
                 self._save()
                 lost = Path(device.path) / "lost+found"
