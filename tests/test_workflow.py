@@ -422,7 +422,11 @@ def test_B_renders_the_measured_boundary_with_its_reasons(built, tmp_path):
     assert measured.grid["valid"].all() and len(measured.grid) == 2 * (2 * 2 * 2 + len(undecided))
     # 8 measured requests a window at least: concurrency 2 got a third turn.
     assert (measured.grid["requests"] >= 8).all() and conditions_of(built)["turns_per_cell"]["L512-c2"] == 3
-    assert set(measured.won["stop"]) <= {"decided", "rounds spent", "minutes spent"}
+    # A winner decided in a cell whose rounds went on for an SLA line still undecided says so; a tie never does.
+    spent = ("rounds spent", "minutes spent")
+    sla_stops = {f"decided (the cell's SLA lines: {s})" for s in spent}
+    assert set(measured.won["stop"]) <= {"decided", *spent, *sla_stops}, set(measured.won["stop"])
+    assert (measured.won.loc[measured.won["stop"].isin(sla_stops), "winner"] != boundary.TIE).all()
     for name in ("B_crossovers.csv", "B_statements.csv", "B_correctness.csv"):
         assert (page / name).is_file(), name
     html = (page / "B.html").read_text()
