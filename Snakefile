@@ -23,6 +23,7 @@ include: "workflow/rules/r1.smk"
 include: "workflow/rules/boundary.smk"
 include: "workflow/rules/gates.smk"
 include: "workflow/rules/r9.smk"
+include: "workflow/rules/sweep.smk"
 include: "workflow/rules/soak.smk"
 include: "workflow/rules/index.smk"
 

@@ -232,3 +232,131 @@ def test_after_a_killed_wrapper_down_frees_what_it_left(tmp_path):
     assert not any(alive(pid) for pid in member)  # the orphaned command was stopped too
     assert_nothing_left(tmp_path, [pool])
     assert not pool.image.exists()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The workflow's switch (config `emulation`, kvtier.stack.emulated.plan) and the measuring commands that set the
+# emulation up around themselves (kvtier.cli, KVTIER_EMULATE).
+
+PATHS = {"local_disk": "pools/local_disk", "shared_pool": "pools/shared_pool"}
+TIERS = {"shared_pool": {"size": "256MiB", "read": "400MB/s", "write": "200MB/s"}}
+
+
+def test_the_switch_off_auto_and_on(monkeypatch):
+    plan, says = emulated.plan({"enabled": False, "tiers": TIERS}, PATHS)
+    assert plan is None and "emulation.enabled: false" in says
+    monkeypatch.setattr(emulated, "unavailable", lambda: "needs root (loop devices, mounts and a cgroup's block "
+                                                         "throttle)")
+    plan, says = emulated.plan({"enabled": "auto", "tiers": TIERS}, PATHS)
+    assert plan is None and says.startswith("not emulated here: needs root")
+    with pytest.raises(KvtierError, match=r"config/x.yaml: emulation.enabled: true, but tiers cannot be emulated "
+                                          r"here: needs root"):
+        emulated.plan({"enabled": True, "tiers": TIERS}, PATHS, source="config/x.yaml")
+    monkeypatch.setattr(emulated, "unavailable", lambda: None)
+    plan, says = emulated.plan({"enabled": "auto", "tiers": TIERS}, PATHS)
+    assert plan == {"state": emulated.DEFAULT_STATE, "tiers": {"shared_pool": {"path": "pools/shared_pool",
+                                                                               **TIERS["shared_pool"]}}}
+    assert says == "emulated: shared_pool (read 400 MB/s)"
+    assert emulated.from_plan(json.dumps(plan)).devices == [
+        emulated.Device.from_config("shared_pool", "pools/shared_pool", TIERS["shared_pool"])]
+    with pytest.raises(KvtierError, match="emulation.enabled is 'auto' but emulation.tiers names no tier"):
+        emulated.plan({"enabled": "auto", "tiers": {}}, PATHS)
+
+
+@pytest.mark.parametrize("emulation, message", [
+    ({"enabled": "yes"}, "emulation.enabled"),
+    ({"tiers": {"nvme": TIERS["shared_pool"]}}, "nvme"),
+    ({"tiers": {"local_disk": {**TIERS["shared_pool"], "read": "fast"}}}, "a bandwidth is a number"),
+    ({"tiers": {"local_disk": {**TIERS["shared_pool"], "size": "1TB"}}}, "a size is a number"),
+    ({"tiers": {"local_disk": {"size": "1GiB", "read": "1GB/s"}}}, "write"),
+])
+def test_the_config_refuses_a_bad_emulation_naming_the_key(emulation, message):
+    from kvtier.core import config
+    with pytest.raises(KvtierError, match=message) as caught:
+        config.validate({"emulation": emulation}, source="config/config.yaml")
+    assert "emulation" in str(caught.value)
+
+
+def test_a_plan_that_is_not_json_is_refused_naming_the_variable():
+    with pytest.raises(KvtierError, match="KVTIER_EMULATE: not JSON"):
+        emulated.from_plan("{tiers")
+    with pytest.raises(KvtierError, match="KVTIER_EMULATE: a JSON object"):
+        emulated.from_plan('{"tiers": {"shared_pool": {"size": "1GiB"}}}')
+
+
+def test_without_a_plan_a_command_runs_as_it_is(monkeypatch):
+    monkeypatch.delenv(emulated.ENV_PLAN, raising=False)
+    with emulated.around_command("kvtier probe") as record:
+        assert record is None and emulated.in_command() is None
+
+
+def test_a_tier_runs_pool_is_emptied_in_place(tmp_path):
+    from kvtier.runs.tier_run import empty_directory
+    pool = tmp_path / "pool"
+    (pool / "chunks").mkdir(parents=True)
+    (pool / "chunks" / "a").write_text("x")
+    (pool / "b").write_text("y")
+    empty_directory(pool)
+    assert pool.is_dir() and not any(pool.iterdir())  # the directory stays: it may be a mount point
+    empty_directory(tmp_path / "absent")
+
+
+def measuring_env(tmp_path: Path, tiers: dict) -> dict:
+    plan = {"state": str(tmp_path / "state.json"), "tiers": tiers}
+    return {**tool_env(), emulated.ENV_PLAN: json.dumps(plan),
+            "KVTIER_MEASUREMENT_LOCK": str(tmp_path / "measurement.lock")}
+
+
+@needs_emulation
+def test_g2s_fio_reads_each_emulated_path_at_its_cap_and_the_probe_records_the_caps(tmp_path):
+    """What the workflow does when emulation is on: `kvtier g2-storage` and `kvtier probe` with KVTIER_EMULATE set
+    mount the tiers and join the cgroup themselves (under the node's lock), measure, and leave nothing."""
+    caps = {"local_disk": 2 * CAP, "shared_pool": 3 * CAP}  # 64 MiB passes of 1-2 s
+    tiers = {name: {"path": str(tmp_path / name), "size": "128MiB", "read": f"{cap}B/s", "write": f"{cap}B/s"}
+             for name, cap in caps.items()}
+    env = measuring_env(tmp_path, tiers)
+    # The emulation's cgroup is named after the plan's (default) name: one emulation at a time per node.
+    group = emulated.throttle().group("tiers")
+    settings = {"paths": {name: entry["path"] for name, entry in tiers.items()}, "queue_depths": [4],
+                "repetitions": 1, "size_mib": 64, "random_mib": 4}
+    done = subprocess.run([sys.executable, "-m", "kvtier", "g2-storage", "--run-dir", str(tmp_path / "g2"),
+                           "--settings", json.dumps(settings)], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    rows = [json.loads(line) for line in (tmp_path / "g2" / "storage.jsonl").read_text().splitlines()]
+    for name, cap in caps.items():
+        read = next(r for r in rows if r["path"] == name and r["rw"] == "read")
+        print(f"{name}: cap {cap / 1e6:.0f} MB/s, G2's fio read {read['gb_per_s'] * 1e3:.1f} MB/s "
+              f"({read['gb_per_s'] * 1e9 / cap:.2f} of it)")
+        assert 0.85 <= read["gb_per_s"] * 1e9 / cap <= 1.15, (name, read)
+    # G2 judges each emulated path against its cap, read from the storage run's own platform record.
+    gate = subprocess.run([sys.executable, "-m", "kvtier", "gate-g2", "--storage", str(tmp_path / "g2"), "--out",
+                           str(tmp_path / "G2.json")], capture_output=True, text=True, env=tool_env(), timeout=120)
+    judged = {(r["path"], r["rw"]): r["verdict"] for r in json.loads((tmp_path / "G2.json").read_text())["lines"]
+              if r.get("kind") == "emulated cap"}
+    assert judged == {(name, rw): "PASS" for name in caps for rw in ("read", "write")}, gate.stdout
+    probe = subprocess.run([sys.executable, "-m", "kvtier", "probe", "--out", str(tmp_path / "platform.json"),
+                            *[f"--path={name}={entry['path']}" for name, entry in tiers.items()]],
+                           capture_output=True, text=True, env=env, timeout=120)
+    assert probe.returncode == 0, probe.stderr
+    record = json.loads((tmp_path / "platform.json").read_text())
+    for name, cap in caps.items():
+        assert record["emulation"]["tiers"][name]["in_force"] == {"read_bps": cap, "write_bps": cap}
+        assert record["storage"][name]["mount"]["fstype"] == "ext4"  # probed on the emulated device
+    for entry in tiers.values():
+        assert not os.path.ismount(entry["path"]) and Path(entry["path"] + ".img").exists()
+    assert not (tmp_path / "state.json").exists() and not group.exists()
+
+
+@needs_emulation
+def test_a_measuring_command_frees_an_emulation_a_killed_one_left(tmp_path):
+    tiers = {"shared_pool": {"path": str(tmp_path / "shared_pool"), "size": "64MiB", "read": f"{CAP}B/s",
+                             "write": f"{CAP}B/s"}}
+    left = emulated.from_plan(json.dumps({"state": str(tmp_path / "state.json"), "tiers": tiers}))
+    left.up()  # as a command killed with SIGKILL leaves it
+    probe = subprocess.run([sys.executable, "-m", "kvtier", "probe", "--out", str(tmp_path / "platform.json"),
+                            f"--path=shared_pool={tiers['shared_pool']['path']}"],
+                           capture_output=True, text=True, env=measuring_env(tmp_path, tiers), timeout=120)
+    assert probe.returncode == 0, probe.stderr
+    assert "freed an emulation a killed command left" in probe.stderr
+    assert json.loads((tmp_path / "platform.json").read_text())["emulation"]["tiers"]["shared_pool"]["in_force"]
+    assert not os.path.ismount(tiers["shared_pool"]["path"]) and not (tmp_path / "state.json").exists()

@@ -32,6 +32,39 @@ def test_g2_fails_naming_why(values, floor, at_least, why):
         g2.line("x", values, max_cv=0)
 
 
+def test_g2_judges_each_emulated_path_against_its_cap_and_names_the_one_that_is_off(tmp_path):
+    import json
+
+    from kvtier.probes import platform_probe
+    from kvtier.stack import emulated
+    record = platform_probe.probe({"local_disk": str(tmp_path)})
+    caps = {"local_disk": 100_000_000, "shared_pool": 200_000_000}
+    record["emulation"] = {"cgroup_version": 1, "not_emulated": emulated.NOT_EMULATED, "tiers": {
+        name: {"path": f"pools/{name}", "device": "/dev/loop7", "dev": "7:7", "size_bytes": 1 << 30,
+               "configured": {"read_bps": cap, "write_bps": cap, "read_iops": None, "write_iops": None},
+               "in_force": {"read_bps": cap, "write_bps": cap}} for name, cap in caps.items()}}
+    (tmp_path / platform_probe.PLATFORM_FILE).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / platform_probe.PLATFORM_FILE).write_text(json.dumps(record))
+    # local_disk within its cap at its better queue depth; shared_pool's reads at 0.7 of its cap.
+    passes = pd.DataFrame([{"path": path, "rw": rw, "iodepth": depth, "rep": rep, "gb_per_s": gb, "iops": 1.0,
+                            "source": "G2 storage"}
+                           for path, rw, depth, gb in (("local_disk", "read", 1, 0.06), ("local_disk", "read", 8, 0.104),
+                                                       ("local_disk", "write", 8, 0.097),
+                                                       ("shared_pool", "read", 8, 0.14),
+                                                       ("shared_pool", "write", 8, 0.19))
+                           for rep in (0, 1)])
+    lines = {(r["path"], r["rw"]): r for r in g2.emulation_lines(tmp_path, passes)}
+    assert {k: r["verdict"] for k, r in lines.items()} == {
+        ("local_disk", "read"): "PASS", ("local_disk", "write"): "PASS", ("shared_pool", "read"): "FAIL",
+        ("shared_pool", "write"): "PASS"}
+    assert lines[("local_disk", "read")]["cap_ratio"] == pytest.approx(1.04)
+    assert lines[("shared_pool", "read")]["why"] == ("shared_pool is off: 140 MB/s measured against the 200 MB/s "
+                                                     "configured (0.70 of it)")
+    record["emulation"] = None
+    (tmp_path / platform_probe.PLATFORM_FILE).write_text(json.dumps(record))
+    assert g2.emulation_lines(tmp_path, passes) == []  # nothing emulated: no such line
+
+
 def rounds(candidate: list[float], baseline: list[float], tok: tuple[list, list] | None = None) -> pd.DataFrame:
     tok = tok or ([100.0] * len(candidate), [100.0] * len(baseline))
     return pd.DataFrame([{"round": r + 1, "tier": tier, "concurrency": 8, "ttft_p50_s": t, "output_tok_s": s}

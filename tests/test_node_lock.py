@@ -74,6 +74,7 @@ COMMANDS = {
     "g2-storage": ["--run-dir", "{d}/run", "--settings", "{{}}"],
     "r9-loads": ["--run-dir", "{d}/run", "--settings", "{{}}"],
     "soak": ["--run-dir", "{d}/run", "--settings", "{{}}"],
+    "sweep-run": ["--run-dir", "{d}/run", "--settings", "{{}}"],
 }
 
 

@@ -13,6 +13,7 @@ import yaml
 
 from kvtier.core.table_io import read_table, write_table
 from kvtier.evidence import r2
+from kvtier.stack import emulated
 
 from conftest import BIN, PRESET, ROOT, copy_built, run
 
@@ -671,3 +672,43 @@ def test_compare_runs_reads_every_measured_comparison_of_a_real_run(built, tmp_p
     assert marks["opposite"] == 1 and marks["same"] == len(rows) - 1, marks
     out = run(["kvtier", "compare-runs", *map(str, copies)], cwd=tmp_path, check=False)
     assert out.returncode == 1 and "1 opposite" in out.stdout, out.stdout[-2000:]
+
+
+@pytest.mark.skipif(emulated.unavailable() is not None, reason=f"emulated tiers: {emulated.unavailable()}")
+def test_with_emulation_on_the_sweep_runs_on_capped_devices_renders_S_and_leaves_nothing(built, tmp_path):
+    """The config's switch reaches the jobs: with `emulation` on, the platform probe and the test preset's two-cap
+    sweep (rule sweep_run) mount the capped devices and join their cgroup themselves, the records hold the caps in
+    force, the slow cap's resumes wait on the device and the fast cap's do not, page S renders, and no mount, loop
+    device or cgroup is left."""
+    project = copy_built(built, tmp_path / "kvtier")
+    caps = {"local_disk": 200_000_000, "shared_pool": 400_000_000}
+    tiers = ", ".join(f"{name}: {{size: 128MiB, read: {cap}B/s, write: {cap}B/s}}" for name, cap in caps.items())
+    for name in caps:  # what the tier runs left there: a device is mounted on an empty directory only
+        shutil.rmtree(project / "pools" / name, ignore_errors=True)
+    gates = project / "raw_data" / "runs" / "test" / "gates"
+    run(["snakemake", "raw_data/runs/test/gates/platform.json", "evidence/S/S.html", "--cores", "2", "--forcerun",
+         "platform",
+         "--config", f"emulation={{enabled: true, tiers: {{{tiers}}}}}", *PRESET], cwd=project)
+    platform = json.loads((gates / "platform.json").read_text())
+    for name, cap in caps.items():
+        assert platform["emulation"]["tiers"][name]["in_force"] == {"read_bps": cap, "write_bps": cap}
+        assert platform["storage"][name]["mount"] == {**platform["storage"][name]["mount"],
+                                                     "fstype": "ext4", "mount_point": f"pools/{name}"}
+        assert not os.path.ismount(project / "pools" / name)
+        assert (project / "pools" / f"{name}.img").is_file()  # the tier's data, kept for the next job
+    sweep_dir = project / "raw_data" / "runs" / "test" / "sweep"
+    rows = {r["run"]: r for r in map(json.loads, (sweep_dir / "sweep.jsonl").read_text().splitlines())}
+    slow, fast = rows["cap-10000000"], rows["cap-400000000"]
+    print("sweep TTFT p50: " + ", ".join(f"{k} {r['ttft_p50_s']:.3f} s" for k, r in rows.items()))
+    assert (slow["read_bps_in_force"], fast["read_bps_in_force"]) == (10_000_000, 400_000_000)
+    # 2 x 1024 tokens x 4 KiB of KV in flight: about 0.8 s through 10 MB/s, 20 ms through 400 MB/s.
+    assert slow["ttft_p50_s"] > 2 * fast["ttft_p50_s"], rows
+    for row in (slow, fast, rows["dram"]):
+        assert row["failed"] == 0 and row["cached_tokens"] > 0, row  # the KV came from LMCache, not a prefill
+    assert rows["recompute"]["cached_tokens"] == 0
+    assert json.loads((sweep_dir / "run.json").read_text())["emulation"]["tiers"]["local_disk"]["in_force"] == {
+        "read_bps": caps["local_disk"], "write_bps": caps["local_disk"]}  # the configured cap, restored after
+    for name in ("S.html", "S_comparisons.csv", "S_crossovers.csv", "S_chart.svg", "manifest.json"):
+        assert (project / "evidence" / "S" / name).is_file(), name
+    assert not (project / emulated.DEFAULT_STATE).exists()
+    assert not emulated.throttle().group("tiers").exists()

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from .core import interrupt, node_lock
 from .core.errors import KvtierError
+from .stack import emulated
 
 
 def _cmd_config_check(args) -> None:
@@ -423,7 +424,12 @@ def _cmd_gate_g2(args) -> int:
     from .gates import g2, record
     settings = _settings(g2.G2Settings, args.settings, "--settings")
     inputs = [Path(args.storage) / g2.STORAGE_FILE]
-    rows = g2.storage_lines(g2.load_storage(args.storage, args.r1_reads), settings)
+    passes = g2.load_storage(args.storage, args.r1_reads)
+    rows = g2.storage_lines(passes, settings)
+    emulated_caps = g2.emulation_lines(args.storage, passes)
+    if emulated_caps:  # the caps judged come from the storage run's platform record
+        rows += emulated_caps
+        inputs.append(Path(args.storage) / g2.PLATFORM_FILE)
     if args.r1_reads:
         inputs.append(Path(args.r1_reads) / g2.R1_FIO_FILE)
     if args.rounds:
@@ -513,6 +519,14 @@ def _cmd_r9_loads(args) -> None:
     print(f"R9 loads {run['status']}: {args.run_dir}")
 
 
+def _cmd_sweep_run(args) -> None:
+    from .runs.sweep import SweepSettings, run_sweep
+    from .runs.tier_run import TierSettings
+    run = run_sweep(_settings(SweepSettings, args.sweep, "--sweep"), _settings(TierSettings, args.settings,
+                                                                               "--settings"), args.run_dir)
+    print(f"bandwidth sweep {run['status']}: {args.run_dir}")
+
+
 def _cmd_g2_storage(args) -> None:
     from .runs.g2_storage import StorageSettings, run_storage
     run = run_storage(_settings(StorageSettings, args.settings, "--settings"), args.run_dir)
@@ -520,7 +534,6 @@ def _cmd_g2_storage(args) -> None:
 
 
 def _emulated_devices(text: str) -> list:
-    from .stack import emulated
     try:
         tiers = json.loads(text)
     except ValueError as exc:
@@ -532,7 +545,6 @@ def _emulated_devices(text: str) -> list:
 
 
 def _cmd_emulate(args) -> int:
-    from .stack import emulated
     if args.action == "check":
         why = emulated.unavailable()
         print(f"emulated tiers: {'not available here: ' + why if why else 'available'}")
@@ -879,6 +891,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--settings", required=True, help="JSON of kvtier.runs.r9.LoadSettings")
     p.set_defaults(func=_cmd_r9_loads)
 
+    p = sub.add_parser("sweep-run", help="the bandwidth sweep: cold-resume TTFT from the emulated local_disk tier "
+                       "at each read cap, beside recompute and DRAM, per context, in rounds (needs the config's "
+                       "emulation on)",
+                       description="Example: kvtier sweep-run --run-dir raw_data/runs/local/sweep --settings "
+                       "'{\"model_dir\": \"models/kvtier-model\"}' --sweep '{\"contexts\": [1024], "
+                       "\"read_caps\": [\"20MB/s\", \"200MB/s\"]}'")
+    p.add_argument("--run-dir", required=True, help="where the run goes (new)")
+    p.add_argument("--settings", required=True, help="JSON of kvtier.runs.tier_run.TierSettings (the servers)")
+    p.add_argument("--sweep", default="{}", help="JSON of kvtier.runs.sweep.SweepSettings (contexts, read_caps, "
+                   "concurrency, sessions, rounds)")
+    p.set_defaults(func=_cmd_sweep_run)
+
     p = sub.add_parser("emulate", help="emulated storage tiers: each tier path on a loop-mounted ext4 image whose "
                        "bandwidth a cgroup's block throttle caps (needs root)",
                        description="Example: kvtier emulate run --tiers '{\"shared_pool\": {\"path\": "
@@ -886,7 +910,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "\"100MB/s\"}}' -- fio ...")
     emulate = p.add_subparsers(dest="action", required=True, metavar="ACTION")
     state = argparse.ArgumentParser(add_help=False)
-    state.add_argument("--state", default="pools/emulated.json", help="where the emulation records what it set up")
+    state.add_argument("--state", default=emulated.DEFAULT_STATE, help="where the emulation records what it set up")
     tiers = argparse.ArgumentParser(add_help=False)
     tiers.add_argument("--tiers", required=True, help="JSON {tier: {path, size, read, write, read_iops?, "
                        "write_iops?}}, units as in config (2GiB, 200MB/s)")
@@ -959,7 +983,10 @@ def build_parser() -> argparse.ArgumentParser:
 # The commands that measure: each holds the node's measurement lock while it runs (kvtier.core.node_lock), so
 # that two never overlap on one machine, whichever processes or scheduler jobs started them.
 MEASURING = ("tier-run", "r3-populate", "r3-resume", "r1-reads", "r1-resume", "boundary-run", "g2-storage", "r9-loads",
-             "soak")
+             "soak", "sweep-run")
+# The commands that run inside the emulated tiers when the workflow asks for them (kvtier.stack.emulated, its
+# ENV_PLAN): every measuring one, and the platform probe, which records the caps in force.
+EMULATED = (*MEASURING, "probe")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -976,8 +1003,9 @@ def main(argv: list[str] | None = None) -> int:
             raise KvtierError(f"`kvtier {args.command}` would measure {target}, but this run only renders what "
                               "raw_data holds (measure: false, KVTIER_NO_MEASURE set): that run is missing or "
                               "incomplete. Measure it with measure: true, or render without it.")
-        if args.command in MEASURING:
-            with node_lock.hold(f"kvtier {args.command}"):
+        if args.command in MEASURING or (args.command in EMULATED and os.environ.get(emulated.ENV_PLAN)):
+            what = f"kvtier {args.command}"
+            with node_lock.hold(what), emulated.around_command(what):
                 status = args.func(args)
         else:
             status = args.func(args)

@@ -58,6 +58,10 @@ CATALOG = (
     Item("R9", "Model-weight load time per tier (measured here)", "vLLM loading one model's weights from the "
          "local disk and the pool path, cold and warm, beside the raw read of its weight files (published: "
          "6.2–9.3× on Atlas 910B, against an unstated baseline)"),
+    Item("S", "Bandwidth sweep on emulated tiers (measured here)", "cold-resume TTFT from LMCache L2 on a device "
+         "whose read bandwidth the kernel caps, at caps from slower than recompute to near DRAM, per context, "
+         "beside recompute and DRAM: where offload starts to pay, bracketed between measured caps, and a service "
+         "model fitted on part of the sweep with its error on the cells held out"),
     Item("A", "Claims audit", "every numeric claim of both documents, recomputed from the published readings, "
          "with a verdict and cross-checks", slug="audit"),
     Item("G", "The gated joint test, G1 to G4 (measured here)", "document 000's gates on this run: the platform "

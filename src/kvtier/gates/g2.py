@@ -9,6 +9,8 @@ standard deviation / mean) at most `max_cv`, and, where a floor is configured, w
 The figures, and where they come from (measured once in a run, never twice):
 - per tier path, fio's direct sequential write and read bandwidth and 4 KiB random-read IOPS at each queue depth
   (kvtier.runs.g2_storage), the pool path's sequential reads taken from R1's fio rounds when R1 ran;
+- per emulated tier path (kvtier.stack.emulated; its caps in the storage run's platform record), the best
+  sequential read and write median against the cap configured: within 15 %, or the line names the path that is off;
 - per concurrency, the campaign's recompute TTFT p50 (every token prefilled) and its engine-hit TTFT p50 (the KV
   already in vLLM's prefix cache: the floor no tier can go under), one value per round (R2_rounds.csv).
 """
@@ -25,6 +27,8 @@ import pandas as pd
 
 from ..bench.runner import read_completed
 from ..core.errors import KvtierError
+from ..probes import platform_probe
+from ..probes.platform_probe import PLATFORM_FILE
 from .bom import FAIL, PASS
 
 # A storage pass (fio's rw): its name on the page, the reading judged, its unit and the key of its floor.
@@ -123,6 +127,38 @@ def storage_lines(passes: pd.DataFrame, settings: G2Settings) -> list[dict]:
         row = line(f"{path} {label} qd{depth}", list(group.sort_values("rep")[reading]), settings.max_cv,
                    settings.floors.get(key), at_least=True, unit=unit)
         rows.append({**row, "kind": "storage", "path": path, "rw": rw, "iodepth": int(depth), "source": source})
+    return rows
+
+
+# How far an emulated path's measured bandwidth may be from its configured cap (kvtier.stack.emulated).
+CAP_TOLERANCE = 0.15
+CAP_PASSES = {"read": "read_bps", "write": "write_bps"}
+
+
+def emulation_lines(storage_dir: str | Path, passes: pd.DataFrame) -> list[dict]:
+    """Where G2's storage run ran inside emulated tiers (its platform record says so): one line per emulated path
+    and direction, its best sequential median (over queue depths) against the cap configured, within
+    CAP_TOLERANCE, or FAIL naming the path that is off. None where nothing was emulated."""
+    platform = Path(storage_dir) / PLATFORM_FILE
+    emulation = platform_probe.read(platform).get("emulation") if platform.is_file() else None
+    rows = []
+    for path, tier in sorted(((emulation or {}).get("tiers") or {}).items()):
+        for rw, key in CAP_PASSES.items():
+            cap = tier["configured"].get(key)
+            own = passes[(passes["path"] == path) & (passes["rw"] == rw) & (passes["source"] == "G2 storage")]
+            if not cap or own.empty:
+                continue
+            best = own.groupby("iodepth")["gb_per_s"].median().max() * 1e9
+            ratio = best / cap
+            ok = abs(ratio - 1) <= CAP_TOLERANCE
+            rows.append({"name": f"{path} sequential {rw} against its emulated cap", "unit": "MB/s",
+                         "repetitions": int(own["rep"].nunique()), "median": best / 1e6, "cv": None, "max_cv": None,
+                         "floor": cap / 1e6, "floor_is": f"within ±{CAP_TOLERANCE:.0%}",
+                         "verdict": PASS if ok else FAIL,
+                         "why": "" if ok else (f"{path} is off: {best / 1e6:.4g} MB/s measured against the "
+                                               f"{cap / 1e6:.4g} MB/s configured ({ratio:.2f} of it)"),
+                         "kind": "emulated cap", "path": path, "rw": rw, "iodepth": None, "source": "G2 storage",
+                         "cap_ratio": ratio, "in_force": tier["in_force"].get(key)})
     return rows
 
 

@@ -50,10 +50,14 @@ def g1_table(g1: dict) -> pd.DataFrame:
                          for r in g1["lines"]])
 
 
+# How a G2 line's floor reads: a bandwidth at least, a time at most, an emulated cap "within ±15 %" of its value.
+FLOOR_SIGN = {"at_least": "≥", "at_most": "≤"}
+
+
 def g2_lines(g2: dict) -> pd.DataFrame:
     return pd.DataFrame([{"line": r["name"], "median": r["median"], "unit": r["unit"], "repetitions": r["repetitions"],
                           "cv": r["cv"], "max cv": r["max_cv"],
-                          "floor": "" if r["floor"] is None else f"{'≥' if r['floor_is'] == 'at_least' else '≤'} "
+                          "floor": "" if r["floor"] is None else f"{FLOOR_SIGN.get(r['floor_is'], r['floor_is'])} "
                                                                  f"{r['floor']:g}",
                           "source": r.get("source", ""), "verdict": r["verdict"], "why": r["why"]}
                          for r in g2["lines"]])

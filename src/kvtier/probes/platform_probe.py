@@ -25,6 +25,7 @@ from pathlib import Path
 from .. import __version__
 from ..core.atomic import write_text
 from ..core.errors import KvtierError
+from ..stack import emulated
 from ..stack.model import config_hash
 
 SCHEMA = "platform"
@@ -187,6 +188,10 @@ def storage(paths: dict[str, str]) -> dict:
         dev = f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}"
         usage = shutil.disk_usage(probe)
         mount = _mount_of(probe.resolve())
+        if mount and Path(mount["mount_point"]).is_relative_to(Path.cwd()) and Path(mount["mount_point"]) != Path.cwd():
+            # A mount inside the project (an emulated tier's device): named as the project names it, so that a
+            # record says nothing of where the project happened to sit on the machine that measured it.
+            mount["mount_point"] = os.path.relpath(mount["mount_point"])
         out[name] = {"path": raw, "probed": str(probe), "exists": path.exists(), "st_dev": dev,
                      "mount": mount, "block_device": _block_device(mount["dev"] if mount else dev),
                      "total_bytes": usage.total, "free_bytes": usage.free}
@@ -256,6 +261,9 @@ def probe(paths: dict[str, str] | None = None, model_dir: str | None = None,
         "host": host(), "cpu": cpu(), "memory": memory(), "numa": numa(), "accelerators": accelerators(),
         "storage": storage(paths or {}), "software": software(lmcache_build), "model": model(model_dir),
         "environment": environment(),
+        # The emulated tiers this command runs inside (kvtier.stack.emulated): per tier, the caps configured and
+        # those the kernel has in force; null where the tier paths are used as they are.
+        "emulation": emulated.in_command(),
     }
     validate(record)
     return record

@@ -130,6 +130,18 @@ def wait_pool_settled(directory: str | os.PathLike, timeout_s: float = 120.0, qu
         time.sleep(0.25)
 
 
+def empty_directory(path: Path) -> None:
+    """Remove everything under `path`, keeping the directory itself: it may be the mount point of an emulated
+    device (kvtier.stack.emulated), which cannot be removed."""
+    if not path.exists():
+        return
+    for entry in path.iterdir():
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+
+
 class TierStack:
     """The servers of one tier, or of the tiers one server start measures (SHARED_SERVERS), restartable in place
     (same ports, same pool) for the L2 evictions."""
@@ -190,8 +202,7 @@ class TierStack:
         to come up than LMCache (its connector reaches the LMCache server tens of seconds in, through a message
         queue that waits for it), so the two start side by side."""
         if self.pool is not None and self.clear_pool:
-            if self.pool.exists():
-                shutil.rmtree(self.pool)  # a tier run starts from an empty pool: its KV is what populate wrote
+            empty_directory(self.pool)  # a tier run starts from an empty pool: its KV is what populate wrote
         if self.pool is not None:
             self.pool.mkdir(parents=True, exist_ok=True)
             if self.settings.l2_use_odirect:

@@ -20,12 +20,15 @@ own queue (one worker per device).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -40,6 +43,11 @@ CGROUP_V2 = Path("/sys/fs/cgroup")
 CGROUP_PREFIX = "kvtier-emulated-"
 # The environment variable a command run inside the emulation finds its caps in (platform records read it).
 ENV_CAPS = "KVTIER_EMULATED_TIERS"
+# The environment variable the workflow sets on every job when the config's emulation is on: what to emulate
+# ({"state": FILE, "tiers": {tier: {path, size, read, write, ...}}}); each measuring command sets it up around
+# itself (`around_command`).
+ENV_PLAN = "KVTIER_EMULATE"
+DEFAULT_STATE = "pools/emulated.json"  # where an emulation records what it set up
 
 _RATE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(B|kB|MB|GB|KiB|MiB|GiB)/s\s*$")
 _SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(MB|GB|MiB|GiB)\s*$")
@@ -149,7 +157,7 @@ class Throttle:
         if not group.exists():
             return
         for sig in (signal.SIGTERM, signal.SIGKILL):
-            pids = self.members(group)
+            pids = [pid for pid in self.members(group) if pid != os.getpid()]
             for pid in pids:
                 try:
                     os.kill(pid, sig)
@@ -300,7 +308,8 @@ class Emulation:
                 raise KvtierError(f"{device.name}: something is already mounted at {path}")
             if path.exists() and (not path.is_dir() or any(path.iterdir())):
                 raise KvtierError(f"{device.name}: {path} must be an empty directory (or absent) to mount the "
-                                  "emulated device on")
+                                  "emulated device on; what a run without emulation left there (KV chunks a tier "
+                                  f"run empties anyway) goes with: rm -r {shlex.quote(str(path))}")
             image.parent.mkdir(parents=True, exist_ok=True)
             volume = os.stat(image.parent).st_dev
             need[volume] = need.get(volume, 0) + device.size_bytes - _allocated(image)
@@ -317,7 +326,7 @@ class Emulation:
         self._save()
         try:
             for device in self.devices:
-                entry = {"name": device.name, "path": str(Path(device.path).resolve()),
+                entry = {"name": device.name, "path": str(Path(device.path).resolve()), "given_path": device.path,
                          "image": str(device.image.resolve()), "loop": None, "mounted": False,
                          "configured": device.caps(), "size_bytes": device.size_bytes}
                 self.record["devices"].append(entry)
@@ -373,10 +382,39 @@ class Emulation:
             signal.signal(signal.SIGTERM, forwarded)
 
 
+    @contextlib.contextmanager
+    def session(self):
+        """Up, with this process inside the cgroup (so that every process it starts is capped too) and ENV_CAPS
+        set; on the way out, however it goes (an error, Ctrl-C, SIGTERM turned into one), this process leaves
+        the cgroup and everything is torn down."""
+        self.up()
+        control = throttle()
+        home = own_cgroup(control)
+        try:
+            control.join(Path(self.record["cgroup"]), os.getpid())
+            os.environ[ENV_CAPS] = json.dumps(public(self.record))
+            yield self.record
+        finally:
+            os.environ.pop(ENV_CAPS, None)
+            with contextlib.suppress(OSError):
+                control.join(home, os.getpid())
+            teardown(self.state)
+
+
+def own_cgroup(control: Throttle) -> Path:
+    """The cgroup of this process in `control`'s hierarchy (where to return to), from /proc/self/cgroup."""
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if (control.version == 1 and "blkio" in controllers.split(",")) or (control.version == 2 and not controllers):
+            return control.root / path.lstrip("/")
+    return control.root
+
+
 def public(record: dict) -> dict:
-    """What the platform record and the pages keep of an emulation: per tier, the caps configured and in force."""
-    return {"cgroup_version": record.get("cgroup_version"),
-            "tiers": {e["name"]: {"path": e["path"], "device": e.get("loop"), "dev": e.get("dev"),
+    """What the platform record and the pages keep of an emulation: per tier, the path as configured (relative to
+    the project where it is), the device, and the caps configured and in force."""
+    return {"cgroup_version": record.get("cgroup_version"), "cgroup": record.get("cgroup"),
+            "tiers": {e["name"]: {"path": e.get("given_path", e["path"]), "device": e.get("loop"), "dev": e.get("dev"),
                                   "size_bytes": e["size_bytes"], "configured": e["configured"],
                                   "in_force": e.get("in_force", {})} for e in record.get("devices", [])},
             "not_emulated": NOT_EMULATED}
@@ -448,3 +486,74 @@ def devices_from_config(emulation: dict, paths: dict[str, str]) -> list[Device]:
 
 def as_settings(devices: list[Device]) -> list[dict]:
     return [asdict(d) for d in devices]
+
+
+def plan(emulation: dict, paths: dict[str, str], source: str = "config") -> tuple[dict | None, str]:
+    """What the workflow hands its jobs (ENV_PLAN's value) for the config's `emulation` section, or None, and a
+    sentence saying which and why. `enabled: auto` emulates where this machine can; `true` refuses, naming the
+    reason, where it cannot; `false` never emulates. Every cap and size is checked here, at load."""
+    devices = devices_from_config(emulation, paths)
+    enabled = emulation.get("enabled", False)
+    if enabled is False:
+        return None, "not emulated (emulation.enabled: false): the tier paths are used as they are"
+    if not devices:
+        raise KvtierError(f"{source}: emulation.enabled is {enabled!r} but emulation.tiers names no tier")
+    why = unavailable()
+    if why:
+        if enabled is True:
+            raise KvtierError(f"{source}: emulation.enabled: true, but tiers cannot be emulated here: {why} "
+                              "(set emulation.enabled: auto to measure the paths as they are)")
+        return None, f"not emulated here: {why}"
+    return ({"state": emulation.get("state", DEFAULT_STATE),
+             "tiers": {d.name: {"path": d.path, **emulation["tiers"][d.name]} for d in devices}},
+            f"emulated: {', '.join(f'{d.name} (read {d.read_bps / 1e6:g} MB/s)' for d in devices)}")
+
+
+def from_plan(text: str, name: str = "tiers") -> Emulation:
+    """The Emulation an ENV_PLAN value describes (a JSON object {state, tiers: {tier: {path, size, read, ...}}})."""
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise KvtierError(f"{ENV_PLAN}: not JSON ({exc})") from None
+    tiers = value.get("tiers") if isinstance(value, dict) else None
+    if not isinstance(tiers, dict) or not all(isinstance(e, dict) and "path" in e for e in tiers.values()):
+        raise KvtierError(f"{ENV_PLAN}: a JSON object {{state, tiers: {{tier: {{path, size, read, write}}}}}}")
+    devices = [Device.from_config(tier, entry["path"], {k: v for k, v in entry.items() if k != "path"})
+               for tier, entry in tiers.items()]
+    return Emulation(devices, value.get("state") or DEFAULT_STATE, name)
+
+
+@contextlib.contextmanager
+def around_command(what: str):
+    """The emulated tiers around one measuring command, when the workflow asked for them (ENV_PLAN set), else
+    nothing. The caller holds the node's measurement lock, so an emulation its state file still records was left
+    by a killed command: it is freed first, and the log says so."""
+    text = os.environ.get(ENV_PLAN)
+    if not text or os.environ.get(ENV_CAPS):  # not asked for, or already inside one (`kvtier emulate run`)
+        yield None
+        return
+    emulation = from_plan(text)
+    left = teardown(emulation.state)
+    if left:
+        print(f"kvtier: {what}: freed an emulation a killed command left: {', '.join(left)}", file=sys.stderr,
+              flush=True)
+    with emulation.session() as record:
+        yield record
+
+
+def set_read_cap(tier: str, read_bps: int) -> dict:
+    """Rewrite the read cap of one emulated tier of the emulation this command runs inside, effective for the
+    next I/O (a bandwidth sweep: no server restarts); returns the tier's caps in force afterwards."""
+    inside = in_command()
+    if not inside or tier not in inside.get("tiers", {}):
+        raise KvtierError(f"tier {tier!r} is not emulated in this command (emulation: "
+                          f"{', '.join(inside['tiers']) if inside else 'none'})")
+    if not isinstance(read_bps, int) or read_bps <= 0:
+        raise KvtierError(f"read cap of {tier}: {read_bps!r} must be a positive number of bytes/s")
+    entry, control = inside["tiers"][tier], throttle()
+    group = Path(inside["cgroup"])
+    configured = entry["configured"]
+    device = Device(tier, entry["path"], entry["size_bytes"], read_bps, configured["write_bps"],
+                    configured.get("read_iops"), configured.get("write_iops"))
+    control.cap(group, entry["dev"], device)
+    return control.in_force(group).get(entry["dev"], {})
