@@ -538,10 +538,8 @@ def _emulated_devices(text: str) -> list:
         tiers = json.loads(text)
     except ValueError as exc:
         raise KvtierError(f"--tiers: not JSON ({exc})") from None
-    if not isinstance(tiers, dict) or not all(isinstance(e, dict) and "path" in e for e in tiers.values()):
-        raise KvtierError("--tiers: a JSON object {tier: {path, size, read, write, read_iops?, write_iops?}}")
-    return [emulated.Device.from_config(name, entry["path"], {k: v for k, v in entry.items() if k != "path"})
-            for name, entry in tiers.items()]
+    return emulated.devices_with_paths(tiers, "--tiers: a JSON object {tier: {path, size, read, write, "
+                                              "read_iops?, write_iops?}}")
 
 
 def _cmd_emulate(args) -> int:

@@ -39,16 +39,14 @@ import pandas as pd
 from ..bench.runner import read_completed
 from ..core.errors import KvtierError
 from ..runs.sweep import DRAM, RECOMPUTE, SWEEP_FILE
-from . import sequential, stats
+from . import sequential, stats, tables
 
 OFFLOAD_PAYS, RECOMPUTE_FASTER, UNDECIDED = "offload pays", "recompute faster", "undecided"
 COLUMNS = ("context_tokens", "round", "run", "read_bps", "concurrency", "ttft_p50_s", "requests", "failed")
 
 
-def load(run_dir: str | Path) -> pd.DataFrame:
-    """The sweep's windows (one row each), from a complete sweep run; refused, naming what is wrong, otherwise."""
-    run_dir = Path(run_dir)
-    read_completed(run_dir)
+def _windows(run_dir: Path) -> pd.DataFrame:
+    """The sweep's windows (one row each); refused, naming what is wrong, when the file holds none."""
     path = run_dir / SWEEP_FILE
     try:
         rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
@@ -61,22 +59,18 @@ def load(run_dir: str | Path) -> pd.DataFrame:
     return frame
 
 
-def _per_round(rows: pd.DataFrame, run: str, context: int, concurrency: int) -> dict[int, float]:
-    mine = rows[(rows["run"] == run) & (rows["context_tokens"] == context) & (rows["concurrency"] == concurrency)]
-    return {int(r): float(t) for r, t in zip(mine["round"], mine["ttft_p50_s"])}
-
-
 def comparisons(rows: pd.DataFrame) -> pd.DataFrame:
     """One row per (context, concurrency, cap): the L2 resume's TTFT against recompute and against DRAM, each a
     ratio over the rounds with its interval, and the verdict against recompute."""
     out = []
     caps = rows[rows["read_bps"].notna()]
     for (context, c, bps), group in caps.groupby(["context_tokens", "concurrency", "read_bps"], sort=True):
-        at_cap = {int(r): float(t) for r, t in zip(group["round"], group["ttft_p50_s"])}
+        at_cap = tables.per_round(group, "ttft_p50_s")
         row = {"context_tokens": int(context), "concurrency": int(c), "read_mb_s": bps / 1e6,
-               "ttft_p50_s": float(pd.Series(list(at_cap.values())).median())}
+               "ttft_p50_s": float(group["ttft_p50_s"].median())}
         for name, baseline in (("recompute", RECOMPUTE), ("dram", DRAM)):
-            samples = stats.paired_ratios(at_cap, _per_round(rows, baseline, context, c))
+            samples = stats.paired_ratios(at_cap, tables.per_round(rows, "ttft_p50_s", run=baseline,
+                                                                   context_tokens=context, concurrency=c))
             if not samples:
                 raise KvtierError(f"sweep: no {baseline} window paired with the cap {bps / 1e6:g} MB/s at "
                                   f"{context} tokens, concurrency {c}")
@@ -237,7 +231,7 @@ class Sweep:
 def analyse(run_dir: str | Path) -> Sweep:
     run_dir = Path(run_dir)
     run = read_completed(run_dir)
-    rows = load(run_dir)
+    rows = _windows(run_dir)
     compared = comparisons(rows)
     all_cells = cells(rows)
     train = split(all_cells)

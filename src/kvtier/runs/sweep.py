@@ -29,10 +29,11 @@ from ..bench.records import RecordWriter
 from ..bench.runner import Runner
 from ..core.errors import KvtierError
 from ..probes import quiet
+from ..probes.platform_probe import PLATFORM_FILE
 from ..stack import emulated
 from ..stack.model import kv_bytes_per_token
 from .run_record import RunRecord
-from .tier_run import TierSettings, TierStack, bench_config, probe_platform, start_together
+from .tier_run import TierSettings, TierStack, bench_config, probe_platform, refuse_existing, start_together
 
 SWEEP_FILE = "sweep.jsonl"
 RECOMPUTE, DRAM, CAP_PREFIX = "recompute", "dram", "cap-"
@@ -89,35 +90,34 @@ def run_sweep(sweep: SweepSettings, settings: TierSettings, run_dir: str | os.Pa
     """The whole sweep into `run_dir` (new); returns run.json's record. Refuses, before anything starts, a tier
     that this command does not run emulated."""
     run_dir = Path(run_dir)
-    if (run_dir / "run.json").exists():
-        raise KvtierError(f"{run_dir}: already holds a run; choose a new run directory")
+    refuse_existing(run_dir)
     inside = emulated.in_command()
     if not inside or TIER not in inside.get("tiers", {}):
         raise KvtierError(f"sweep: tier {TIER} is not emulated in this command (emulation: "
                           f"{', '.join(inside['tiers']) if inside else 'none'}); a sweep rewrites the tier's device "
                           "cap, so it runs only with the config's emulation on (kvtier.stack.emulated)")
     configured = inside["tiers"][TIER]["configured"]["read_bps"]
-    quiet.hook(settings.quiet)  # refuses bad quiet bounds before anything starts
+    check = quiet.hook(settings.quiet)  # refuses bad quiet bounds before anything starts; run before each window
     offload = TierStack(("dram", TIER), settings, run_dir / "server_logs" / "offload")
     recompute = TierStack(("recompute",), settings, run_dir / "server_logs" / "recompute")
     metadata = {"sweep": asdict(sweep), "caps_bps": sorted(sweep.caps_bps()), "configured_read_bps": configured,
                 # What one resumed token reads from L2: the model that explains the sweep needs it.
                 "kv_bytes_per_token": kv_bytes_per_token(settings.model_dir, settings.dtype),
-                "emulation": inside, "platform": "probes/platform.json"}
+                "emulation": inside, "platform": PLATFORM_FILE}
     run_dir.mkdir(parents=True, exist_ok=True)
     with RunRecord(run_dir, "sweep-run", asdict(settings), metadata):
         probe_platform(settings, run_dir)
         try:
             with start_together(offload, recompute), RecordWriter(run_dir / SWEEP_FILE) as rows:
                 for index, context in enumerate(sweep.contexts):
-                    _sweep_context(sweep, settings, index, context, offload, recompute, run_dir, rows)
+                    _sweep_context(sweep, settings, index, context, offload, recompute, run_dir, rows, check)
         finally:
             emulated.set_read_cap(TIER, configured)
     return json.loads((run_dir / "run.json").read_text())
 
 
 def _sweep_context(sweep: SweepSettings, settings: TierSettings, index: int, context: int, offload: TierStack,
-                   recompute: TierStack, run_dir: Path, rows: RecordWriter) -> None:
+                   recompute: TierStack, run_dir: Path, rows: RecordWriter, check) -> None:
     # Another seed per context: the sessions of two contexts share no prefix, so one context's KV never serves
     # another's resume.
     ctx = dataclasses.replace(settings, context_tokens=context, sessions=sweep.sessions,
@@ -135,7 +135,7 @@ def _sweep_context(sweep: SweepSettings, settings: TierSettings, index: int, con
             out = run_dir / f"L{context}" / f"round-{round_ + 1}" / label
             cfg = bench_config(stack, ctx, f"tier:{tier}", metrics_urls=stack.metrics_urls(), **warmup)
             summary = Runner(cfg, out, evict=functools.partial(stack.evict, tier), progress=False,
-                             labels={"tier": tier, "sweep": label}, quiet=quiet.hook(settings.quiet),
+                             labels={"tier": tier, "sweep": label}, quiet=check,
                              metadata={"sweep": label, "read_bps": read_bps, "in_force": in_force,
                                        "context_tokens": context, "round": round_ + 1}).run()
             for window in summary["windows"]:

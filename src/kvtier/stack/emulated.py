@@ -30,7 +30,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.atomic import write_text
@@ -381,7 +381,6 @@ class Emulation:
         finally:
             signal.signal(signal.SIGTERM, forwarded)
 
-
     @contextlib.contextmanager
     def session(self):
         """Up, with this process inside the cgroup (so that every process it starts is capped too) and ENV_CAPS
@@ -484,8 +483,14 @@ def devices_from_config(emulation: dict, paths: dict[str, str]) -> list[Device]:
     return [Device.from_config(name, paths[name], entry) for name, entry in emulation.get("tiers", {}).items()]
 
 
-def as_settings(devices: list[Device]) -> list[dict]:
-    return [asdict(d) for d in devices]
+def devices_with_paths(tiers: object, refusal: str) -> list[Device]:
+    """The Devices of a JSON value {tier: {path, size, read, write, read_iops?, write_iops?}} (`kvtier emulate
+    --tiers`, ENV_PLAN's `tiers`); `refusal` (saying where it came from and what was expected) when it is not
+    one."""
+    if not isinstance(tiers, dict) or not all(isinstance(e, dict) and "path" in e for e in tiers.values()):
+        raise KvtierError(refusal)
+    return [Device.from_config(name, entry["path"], {k: v for k, v in entry.items() if k != "path"})
+            for name, entry in tiers.items()]
 
 
 def plan(emulation: dict, paths: dict[str, str], source: str = "config") -> tuple[dict | None, str]:
@@ -516,10 +521,8 @@ def from_plan(text: str, name: str = "tiers") -> Emulation:
     except ValueError as exc:
         raise KvtierError(f"{ENV_PLAN}: not JSON ({exc})") from None
     tiers = value.get("tiers") if isinstance(value, dict) else None
-    if not isinstance(tiers, dict) or not all(isinstance(e, dict) and "path" in e for e in tiers.values()):
-        raise KvtierError(f"{ENV_PLAN}: a JSON object {{state, tiers: {{tier: {{path, size, read, write}}}}}}")
-    devices = [Device.from_config(tier, entry["path"], {k: v for k, v in entry.items() if k != "path"})
-               for tier, entry in tiers.items()]
+    devices = devices_with_paths(tiers, f"{ENV_PLAN}: a JSON object {{state, tiers: {{tier: {{path, size, read, "
+                                        "write}}}")
     return Emulation(devices, value.get("state") or DEFAULT_STATE, name)
 
 
