@@ -568,24 +568,49 @@ def _cmd_emulate(args) -> int:
 
 
 def _cmd_advise(args) -> int:
-    from .evidence import advise, boundary
+    from .evidence import advise, advise_tiers, boundary, sweep
     slas = [(metric, value) for metric, value in (("ttft_p50_s", args.sla_ttft_p50), ("ttft_p99_s", args.sla_ttft_p99))
             if value is not None]
     for metric, value in slas:
         if not value > 0:
             raise KvtierError(f"--sla-{metric[:-2].replace('_', '-')} {value!r}: must be > 0 s")
+    if not args.boundary and not args.sweep:
+        raise KvtierError("advise: give a measured boundary (--boundary B_DIR), a bandwidth sweep with the hardware "
+                          "to predict for (--sweep S_DIR --tier NAME=BANDWIDTH or --g2 RECORD), or both")
+    hardware = None
+    if args.sweep:
+        tiers = dict(advise_tiers.parse_tier(t) for t in args.tier)
+        if args.g2:
+            tiers = {**advise_tiers.tiers_from_g2(args.g2), **tiers}
+        source = " and ".join(filter(None, [f"G2 record {args.g2}" if args.g2 else "",
+                                            "the command line" if args.tier else ""]))
+        hardware = advise_tiers.Hardware(tiers, args.prefill_tok_s, args.kv_bytes_per_token, source)
+    elif args.tier or args.g2 or args.prefill_tok_s or args.kv_bytes_per_token:
+        raise KvtierError("advise: --tier, --g2, --prefill-tok-s and --kv-bytes-per-token describe hardware for "
+                          "the bandwidth sweep's model: give --sweep S_DIR too")
     try:
         profile = json.loads(Path(args.profile).read_text())
-        advise.operating_points(profile)  # reads every key advise needs
+        points = advise.operating_points(profile)  # reads every key advise needs
     except FileNotFoundError:
         raise KvtierError(f"{args.profile}: profile not found (write one with `kvtier workload profile LOG "
                           "--out FILE`)") from None
     except (ValueError, KeyError, TypeError):
         raise KvtierError(f"{args.profile}: not a kvtier workload profile (expected concurrency.peak and "
                           "context_tokens.p50/p90/p99)") from None
-    result = advise.advise(boundary.load_grid(args.boundary), profile, slas)
-    print(json.dumps(result, indent=2) if args.json else advise.text(result))
-    return 0 if advise.any_met(result) else 1
+    measured_map = advise.advise(boundary.load_grid(args.boundary), profile, slas) if args.boundary else None
+    predicted = None
+    if hardware is not None:
+        swept = sweep.analyse(args.sweep)
+        predicted = advise_tiers.predict(swept, hardware, points, args.sla_ttft_p50)
+    if args.json:
+        print(json.dumps(measured_map if predicted is None else {"boundary": measured_map, "tiers": predicted},
+                         indent=2))
+    else:
+        print("\n\n".join(filter(None, [measured_map and advise.text(measured_map),
+                                          predicted and advise_tiers.text(swept, hardware, predicted)])))
+    good = (measured_map is not None and advise.any_met(measured_map)) or (
+        predicted is not None and advise_tiers.any_beats(predicted))
+    return 0 if good else 1
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -865,12 +890,29 @@ def build_parser() -> argparse.ArgumentParser:
     q.set_defaults(func=_cmd_workload_profile)
 
     p = sub.add_parser("advise", help="which scheme (engine memory or offload) meets a TTFT SLA at a workload's "
-                       "operating points, read off a measured boundary grid; exit 0 when one does, 1 when none")
+                       "operating points, read off a measured boundary grid (--boundary); and, for storage you "
+                       "describe (--tier, --g2), where each tier beats recompute, predicted by the bandwidth sweep's "
+                       "model (--sweep); exit 0 when a scheme meets the SLA or a tier is predicted to (to beat "
+                       "recompute, without an SLA) inside the validated range, 1 when none",
+                       epilog="example: kvtier advise --profile profile.json --sla-ttft-p50 2 --sweep "
+                       "raw_data/runs/<run>/S --tier nvme=7GB/s --tier pool=12.5GB/s --prefill-tok-s 40000")
     p.add_argument("--sla-ttft-p50", type=float, default=None, help="TTFT p50 SLA, seconds")
-    p.add_argument("--sla-ttft-p99", type=float, default=None, help="TTFT p99 SLA, seconds")
+    p.add_argument("--sla-ttft-p99", type=float, default=None, help="TTFT p99 SLA, seconds (the measured map only: "
+                   "the sweep's model predicts p50)")
     p.add_argument("--profile", required=True, help="a workload profile (kvtier workload profile --out)")
-    p.add_argument("--boundary", required=True, help="a boundary run's directory (with B_rounds.csv)")
-    p.add_argument("--json", action="store_true", help="print the advice as JSON")
+    p.add_argument("--boundary", default=None, help="a boundary run's directory (with B_rounds.csv): engine memory "
+                   "against offload, measured here")
+    p.add_argument("--sweep", default=None, help="a bandwidth sweep run's directory (kvtier sweep-run): its service "
+                   "model predicts each described tier against recompute, with its held-out error")
+    p.add_argument("--tier", action="append", default=[], metavar="NAME=BANDWIDTH",
+                   help="a storage tier to predict for and its read bandwidth, e.g. nvme=7GB/s (repeatable)")
+    p.add_argument("--g2", default=None, metavar="RECORD", help="another machine's G2 record (evidence/gates/"
+                   "G2.json): each storage path's best sequential read becomes a tier")
+    p.add_argument("--prefill-tok-s", type=float, default=None, help="the engine's prefill rate (tokens/s, "
+                   "concurrency x context / recompute TTFT p50): recompute and the floor scaled from this machine's")
+    p.add_argument("--kv-bytes-per-token", type=int, default=None, help="the served model's KV bytes a token "
+                   "(default: the sweep's model's)")
+    p.add_argument("--json", action="store_true", help="print the advice as JSON (with --sweep: {boundary, tiers})")
     p.set_defaults(func=_cmd_advise)
 
     p = sub.add_parser("gate-g1", help="G1 arrival acceptance: a platform record against a bill of materials; "

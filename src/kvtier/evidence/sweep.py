@@ -230,8 +230,11 @@ class Sweep:
 
 def analyse(run_dir: str | Path) -> Sweep:
     run_dir = Path(run_dir)
-    run = read_completed(run_dir)
-    rows = _windows(run_dir)
+    return from_rows(read_completed(run_dir), _windows(run_dir))
+
+
+def from_rows(run: dict, rows: pd.DataFrame) -> Sweep:
+    """The sweep's answers from its run record (for `kv_bytes_per_token`) and its windows."""
     compared = comparisons(rows)
     all_cells = cells(rows)
     train = split(all_cells)
