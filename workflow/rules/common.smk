@@ -202,14 +202,22 @@ GATE_GROUP = {"G1": "gate_G1", "G2": "gates_G2_G3", "G3": "gates_G2_G3", "G4": "
 # need nothing but G1's flag and what `prepare` made: on a cluster they go as one job, one after another on one node
 # (profiles/slurm `group-components`), instead of five jobs each waiting its turn in the queue.
 PROBES_GROUP = "probes"
+# G3 as configured; where both tiers of its `emulated` entry are emulated devices in this run (their caps in the
+# published hardware's ratio), that entry's settings replace the configured ones: the published gate, in scale.
+_G3_EMULATED = GATES["g3"].get("emulated") or {}
+G3 = {k: v for k, v in GATES["g3"].items() if k != "emulated"}
+G3_SOURCE = "gates.g3"
+if _G3_EMULATED and EMULATION_PLAN and all(
+        {**G3, **_G3_EMULATED}[_key] in EMULATION_PLAN["tiers"] for _key in ("candidate", "baseline")):
+    G3, G3_SOURCE = {**G3, **_G3_EMULATED}, "gates.g3.emulated"
 if GATES_ON:
     try:
         for _key in ("candidate", "baseline"):
-            if GATES["g3"][_key] not in RUNS["tiers"]:
-                raise KvtierError(f"{_config_source}: gates.g3.{_key} {GATES['g3'][_key]!r} is not a tier of "
+            if G3[_key] not in RUNS["tiers"]:
+                raise KvtierError(f"{_config_source}: {G3_SOURCE}.{_key} {G3[_key]!r} is not a tier of "
                                   f"runs.tiers ({', '.join(RUNS['tiers'])}): G3 compares two measured tiers; set "
                                   "gates.g3.candidate and baseline to tiers this run measures, or gates.enabled: false")
-        kvtier_g3.G3Settings(**{k: v for k, v in GATES["g3"].items() if k != "why"}).check()
+        kvtier_g3.G3Settings(**{k: v for k, v in G3.items() if k != "why"}).check()
     except KvtierError as exc:
         sys.exit(f"kvtier: {exc}")
 
@@ -222,7 +230,7 @@ G2_STORAGE_SETTINGS = json.dumps({"paths": {"local_disk": RUNS["local_disk_path"
                                   **{k: GATES["g2"][k] for k in ("queue_depths", "repetitions", "size_mib",
                                                                   "random_mib")}})
 G2_SETTINGS = json.dumps({k: GATES["g2"][k] for k in ("max_cv", "floors")})
-G3_SETTINGS = json.dumps({k: v for k, v in GATES["g3"].items() if k != "why"})
+G3_SETTINGS = json.dumps({k: v for k, v in G3.items() if k != "why"})
 
 # R9 (kvtier.runs.r9): its own generated model, loaded from the tier paths by vLLM with the tier runs' settings.
 R9 = config["r9"]

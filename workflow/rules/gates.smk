@@ -123,10 +123,10 @@ rule gate_g3:
     output:
         record=f"{GATES_DIR}/G3.json",
     params:
-        candidate=GATES["g3"]["candidate"],
-        baseline=GATES["g3"]["baseline"],
+        candidate=G3["candidate"],
+        baseline=G3["baseline"],
         settings=G3_SETTINGS,
-        why=lambda wildcards: GATES["g3"]["why"],  # free text: a function, so that braces are not wildcards
+        why=lambda wildcards: G3["why"],  # free text: a function, so that braces are not wildcards
     resources:
         **SMALL_JOB,
     log:
