@@ -61,6 +61,25 @@ print(measured.table.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
 display(SVG(charts.to_svg(r9.chart(measured))))
 
 # %% [markdown]
+# ## Were the cold reads cold?
+#
+# Before each cold raw read the copy is dropped from this machine's page cache and what stayed resident is counted
+# (`resident_before_mib`, with `mincore`). On an emulated device (kvtier.stack.emulated) the kernel caps every read
+# of the path, so a cold read cannot beat the cap by more than its 15 % tolerance: one that does was served from a
+# cache, and reads **faster than the cap: not cold**. On a path as it is there is no cap to judge by; here the tier
+# paths are on a virtual disk, and a cold read with nothing resident can still come faster than fio's direct reads
+# of the same path (G2): from the hypervisor's cache of the disk image, below anything this machine can drop, or
+# from readahead issuing larger and more concurrent requests than fio's. Only an emulated path can tell.
+
+# %% tags=["nbval-check-output"]
+cold = r9.cold_reads(measured)
+for row in cold.itertuples():
+    cap = f"cap {row.cap_mb_s:.4g} MB/s" if row.cap_mb_s else "not emulated"
+    resident = "not recorded" if row.resident_before_mib != row.resident_before_mib else f"{row.resident_before_mib:.1f} MiB"
+    print(f"{row.path}: {row.cold_reads} cold reads, fastest {row.fastest_mb_s:.4g} MB/s, median "
+          f"{row.median_mb_s:.4g} MB/s ({cap}; resident before at most {resident}): {row.verdict}")
+
+# %% [markdown]
 # ## Comparisons
 #
 # A ratio above 1: the first case took longer, by that factor (**longer**, **shorter**, **no difference

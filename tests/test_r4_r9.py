@@ -76,6 +76,21 @@ def test_r9_comparisons_pair_by_repetition_with_words():
     assert medians.loc[("local_disk", "warm"), "resident_before_mib"] == 1024
 
 
+def test_r9_a_cold_read_faster_than_its_paths_emulated_cap_is_not_cold():
+    loads = loads_frame([2.0, 2.1], [0.5, 0.5], [4.0, 4.2], [0.5, 0.5]).assign(resident_before_raw_bytes=0)
+    loads.loc[(loads["path"] == "local_disk") & (loads["state"] == "cold"), "raw_read_gb_s"] = [0.2, 0.225]
+    caps = {"local_disk": 200e6, "shared_pool": 357e6}  # shared_pool's cold reads: 2 GB/s, over its cap
+    emulation = {"tiers": {name: {"in_force": {"read_bps": cap, "write_bps": cap}} for name, cap in caps.items()}}
+    measured = r9.Loads({}, loads, r9.table(loads), r9.comparisons(loads), emulation)
+    cold = r9.cold_reads(measured).set_index("path")
+    assert cold.loc["local_disk", "verdict"] == r9.COLD  # 225 MB/s: within 200 MB/s + 15 %
+    assert cold.loc["local_disk", "fastest_mb_s"] == pytest.approx(225)
+    assert cold.loc["shared_pool", "verdict"] == r9.NOT_COLD
+    assert cold.loc["shared_pool", "resident_before_mib"] == 0
+    unchecked = r9.cold_reads(r9.Loads({}, loads, r9.table(loads), r9.comparisons(loads)))
+    assert set(unchecked["verdict"]) == {r9.UNCHECKED} and unchecked["cap_mb_s"].isna().all()
+
+
 def test_r9_one_repetition_is_shown_undecided():
     table = r9.comparisons(loads_frame([2.0], [0.5], [4.0], [0.5]))
     assert set(table["word"]) == {"one round: not decided"}

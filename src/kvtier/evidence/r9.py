@@ -18,6 +18,9 @@ import pandas as pd
 from ..bench.runner import read_completed
 from ..core.errors import KvtierError
 from ..core.table_io import write_table
+from ..probes import platform_probe
+from ..probes.platform_probe import PLATFORM_FILE
+from ..stack.emulated import CAP_TOLERANCE
 from . import stats
 
 LOADS_FILE = "loads.jsonl"  # kvtier.runs.r9
@@ -31,6 +34,7 @@ class Loads:
     loads: pd.DataFrame  # one row per (rep, path, state)
     table: pd.DataFrame  # medians per (path, state)
     comparisons: pd.DataFrame
+    emulation: dict | None = None  # the run's platform record's emulated tiers (kvtier.stack.emulated), if any
 
 
 def load(run_dir: str | os.PathLike) -> Loads:
@@ -44,7 +48,34 @@ def load(run_dir: str | os.PathLike) -> Loads:
     missing = {"rep", "path", "state", *READINGS} - set(loads.columns)
     if loads.empty or missing:
         raise KvtierError(f"{run_dir / LOADS_FILE}: no loads" + (f" (missing {sorted(missing)})" if missing else ""))
-    return Loads(run, loads, table(loads), comparisons(loads))
+    platform = run_dir / PLATFORM_FILE
+    emulation = platform_probe.read(platform).get("emulation") if platform.is_file() else None
+    return Loads(run, loads, table(loads), comparisons(loads), emulation)
+
+
+COLD, NOT_COLD, UNCHECKED = "within the cap: cold", "faster than the cap: not cold", "no cap here to check against"
+
+
+def cold_reads(measured: Loads) -> pd.DataFrame:
+    """Per path, whether its cold raw reads were cold: the fastest against the path's emulated read cap (a read
+    from the device cannot beat it by more than the cap's tolerance), and how much of the copy this machine's page
+    cache held before them. Without a cap (the path as it is) a cold read faster than the device's direct reads
+    (G2) can come from below this machine's page cache, e.g. a hypervisor's cache of a virtual disk: the page
+    says so instead of judging."""
+    cold = measured.loads[measured.loads["state"] == "cold"]
+    tiers = (measured.emulation or {}).get("tiers") or {}
+    rows = []
+    for path, group in cold.groupby("path", sort=False):
+        fastest = float(group["raw_read_gb_s"].max()) * 1e9
+        cap = ((tiers.get(path) or {}).get("in_force") or {}).get("read_bps")
+        resident = (group["resident_before_raw_bytes"].max() if "resident_before_raw_bytes" in group
+                    else float("nan"))
+        rows.append({"path": path, "cold_reads": len(group), "fastest_mb_s": fastest / 1e6,
+                     "median_mb_s": float(group["raw_read_gb_s"].median()) * 1e3,
+                     "cap_mb_s": cap / 1e6 if cap else None,
+                     "resident_before_mib": resident / 2**20,
+                     "verdict": UNCHECKED if not cap else COLD if fastest <= cap * (1 + CAP_TOLERANCE) else NOT_COLD})
+    return pd.DataFrame(rows)
 
 
 def table(loads: pd.DataFrame) -> pd.DataFrame:

@@ -29,6 +29,7 @@ from ..bench.runner import read_completed
 from ..core.errors import KvtierError
 from ..probes import platform_probe
 from ..probes.platform_probe import PLATFORM_FILE
+from ..stack.emulated import CAP_TOLERANCE
 from .bom import FAIL, PASS
 
 # A storage pass (fio's rw): its name on the page, the reading judged, its unit and the key of its floor.
@@ -130,8 +131,6 @@ def storage_lines(passes: pd.DataFrame, settings: G2Settings) -> list[dict]:
     return rows
 
 
-# How far an emulated path's measured bandwidth may be from its configured cap (kvtier.stack.emulated).
-CAP_TOLERANCE = 0.15
 CAP_PASSES = {"read": "read_bps", "write": "write_bps"}
 
 

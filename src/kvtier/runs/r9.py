@@ -5,8 +5,9 @@ raw_data/runs/<campaign>/R9/.
 The model (a generated one, large enough that reading its weights is not lost in start-up noise) is copied to
 each tier path first. Then, per repetition and per path (the order alternated from one repetition to the next):
 - **cold**: the copy's pages are dropped from the page cache (kvtier.probes.pagecache.drop; what stayed resident
-  is recorded), vLLM is started on it and stopped; then the pages are dropped again and the weight files are
-  read whole, one after another (the raw read: what loading them costs at the least);
+  is recorded), vLLM is started on it and stopped; then the pages are dropped again (what stayed resident is
+  recorded again) and the weight files are read whole, one after another (the raw read: what loading them costs
+  at the least);
 - **warm**: the files are read again (now from the page cache), and vLLM is started on them and stopped.
 
 Each start records vLLM's own "Loading weights took N seconds" and the time from launch to a server that answers
@@ -138,9 +139,13 @@ def run_loads(settings: LoadSettings, run_dir: str | os.PathLike) -> dict:
                         resident = pagecache.resident_bytes(copies[name])
                         started = start_and_stop(settings, copies[name], log)
                         pagecache.drop(copies[name])
+                        # what the raw read could find in this machine's page cache (a cold read faster than the
+                        # device with none resident came from below it: a hypervisor's cache, say)
+                        resident_raw = pagecache.resident_bytes(copies[name])
                         floor = raw_read(files)
                         out.write({"rep": rep, "path": name, "state": "cold", "weights_bytes": weights_bytes,
-                                   "resident_before_bytes": resident, **started, **floor, "quiet": found})
+                                   "resident_before_bytes": resident, "resident_before_raw_bytes": resident_raw,
+                                   **started, **floor, "quiet": found})
                         # warm: the files just read are in the page cache; read again, then vLLM on them
                         found = check() if check else None
                         floor = raw_read(files)

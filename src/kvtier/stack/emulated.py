@@ -48,6 +48,9 @@ ENV_CAPS = "KVTIER_EMULATED_TIERS"
 # itself (`around_command`).
 ENV_PLAN = "KVTIER_EMULATE"
 DEFAULT_STATE = "pools/emulated.json"  # where an emulation records what it set up
+# How far a read or write through an emulated device may come from its cap and still be the cap at work (G2 judges
+# each path by it; R9's cold reads must stay under cap x (1 + it)).
+CAP_TOLERANCE = 0.15
 
 _RATE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(B|kB|MB|GB|KiB|MiB|GiB)/s\s*$")
 _SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(MB|GB|MiB|GiB)\s*$")
