@@ -132,6 +132,14 @@ if caps is not None and sweep_dir:
               "pool against the local disk, at the caps in force and with the pool at other ratios of the local "
               "disk's cap")
         display(expected.style.hide(axis="index").format(precision=3))
+        for row in scaled.published_scale(swept.model, local, scaled.published_comparison(published_readings),
+                                          local.conditions["workload"]["context_tokens"]).itertuples():
+            reach = (f"the model reaches it with the local disk capped at {row.local_cap_for_it_mb_s:.4g} MB/s"
+                     if row.local_cap_for_it_mb_s is not None else
+                     f"no cap reaches it here: this engine's resume from DRAM alone takes {row.floor_vs_recompute:.3g} "
+                     "of a recompute")
+            print(f"the published scale at concurrency {row.concurrency}: local NVMe at "
+                  f"{row.published_local_vs_recompute:.3g} of recompute; {reach}")
 
 # %% [markdown]
 # ## Every round's readings

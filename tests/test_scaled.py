@@ -80,3 +80,17 @@ def test_the_prediction_grows_with_the_bandwidth_ratio_and_is_diluted_by_the_flo
     # Less in flight at concurrency 8, so the same floor takes a larger share: a smaller reduction.
     assert rows.loc[8, "predicted_ttft_reduction_pct"] < rows.loc[16, "predicted_ttft_reduction_pct"]
     assert not rows["extrapolated"].any()
+
+
+def test_the_published_scale_is_reached_by_a_cap_or_said_to_be_out_of_reach():
+    model = ServiceModel(0.0, 1.0, 0.0, 4096, (10e6, 1e9), 12)
+    published = scaled.published_comparison(PUBLISHED)
+    local = campaign({16: (1.0, 0.9, 1.1)})  # DRAM 0.5 s against recompute 4.0 s: the floor at 0.125 of it
+    [row] = scaled.published_scale(model, local, published, 2048).itertuples()
+    assert row.concurrency == 16 and row.floor_vs_recompute == pytest.approx(0.125)
+    assert row.local_cap_for_it_mb_s is None  # 0.116 of recompute is under the floor: out of reach
+    local = dataclasses.replace(local, table=local.table.assign(recompute_ttft_p50_s=8.0))
+    [row] = scaled.published_scale(model, local, published, 2048).itertuples()
+    # 0.116 x 8 s = 0.926 s: 0.426 s of device time for 16 x 2048 x 4 KiB
+    target = 17.31 / 149.48 * 8.0
+    assert row.local_cap_for_it_mb_s == pytest.approx(16 * 2048 * 4096 / (target - 0.5) / 1e6)

@@ -121,6 +121,25 @@ def predicted(model: ServiceModel, local: Measured, local_bps: float, pool_bps: 
     return pd.DataFrame(out)
 
 
+def published_scale(model: ServiceModel, local: Measured, published: pd.DataFrame, context_tokens: int
+                    ) -> pd.DataFrame:
+    """Per concurrency where the published table gives local NVMe against recompute: the local disk's read cap at
+    which the model puts this campaign's local-disk resume at the same fraction of its recompute, or None where
+    this engine's own floor (its DRAM resume, plus the cost of going to L2 at all) is already above it."""
+    table = local.table.set_index("concurrency")
+    out = []
+    for _, pub in published.dropna(subset=["published_local_vs_recompute"]).iterrows():
+        c = int(pub["concurrency"])
+        if c not in table.index:
+            continue
+        floor, recompute = float(table.loc[c, "dram_ttft_p50_s"]), float(table.loc[c, "recompute_ttft_p50_s"])
+        target = float(pub["published_local_vs_recompute"])
+        cap = model.breakeven_bps(context_tokens, c, target * recompute, floor)
+        out.append({"concurrency": c, "published_local_vs_recompute": target,
+                    "floor_vs_recompute": floor / recompute, "local_cap_for_it_mb_s": None if cap is None else cap / 1e6})
+    return pd.DataFrame(out)
+
+
 def emulated_caps(local: Measured) -> dict[str, float] | None:
     """The read caps in force for both tiers (bytes/s) in the campaign's platform record, or None where the tiers
     were not both emulated (then there is nothing to scale)."""
