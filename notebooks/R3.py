@@ -14,7 +14,8 @@
 # %% [markdown]
 # # R3 — the shared pool across instances, measured on this machine
 #
-# The report's R3 is one sentence: "cross-instance hot sharing verified". Here it is measured. Two vLLM
+# The report's R3 is one sentence: "cross-instance hot sharing verified". Here what can be shown of it is measured,
+# and the verdict says which part: sharing in turn (A stops before B starts), not A serving while B reads. Two vLLM
 # instances, each with its own LMCache server, share one pool directory, as two jobs (on a cluster, two scheduler
 # jobs, on two nodes where it has them). Instance A (the writer) populates every session, stops, and hands off:
 # the run so far and the list of chunk files it left in the pool. Instance B (the reader) starts after that, checks

@@ -115,7 +115,7 @@ def test_r3_tables_from_a_real_campaign():
     assert set(shared.comparisons["vs_recompute"]["tier"]) == {"cross_instance", "shared_pool"}
     assert (shared.comparisons["vs_recompute"]["ttft_p50_speedup"] > 1).all()
     assert list(shared.comparisons["vs_same_instance"]["baseline"].unique()) == ["shared_pool"]
-    assert r3.verdict_text(shared).startswith("VERIFIED:")
+    assert r3.verdict_text(shared).startswith("SEQUENTIAL SHARING VERIFIED:")
 
 
 def test_r3_is_not_verified_when_a_window_is_invalid():

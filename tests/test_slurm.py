@@ -168,7 +168,7 @@ def test_r3_ran_as_two_jobs_handing_off_through_the_pool(on_slurm):
     verdict = r3.verdict(measured.load(project / CAMPAIGN, "R3"))
     assert verdict["verified"], verdict
     page = (project / "evidence" / "R3" / "R3.html").read_text()
-    assert "VERIFIED:" in page and "NOT VERIFIED" not in page and "one node" in page
+    assert "SEQUENTIAL SHARING VERIFIED:" in page and "NOT VERIFIED" not in page and "one node" in page
 
 
 def test_the_pages_rendered_through_slurm_have_the_shape_of_a_local_run(on_slurm, built):

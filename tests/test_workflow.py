@@ -293,7 +293,7 @@ def test_r3_instance_b_resumes_from_the_pool_instance_a_wrote(built):
     model_of = {role: cmd["vllm"][cmd["vllm"].index("--model") + 1] for role, cmd in servers.items()}
     assert model_of["reader"] == model_of["writer"], "LMCache keys pool files by vLLM's --model string"
     page = (built / "evidence" / "R3" / "R3.html").read_text()
-    assert "VERIFIED:" in page and "NOT VERIFIED" not in page and "same device" in page
+    assert "SEQUENTIAL SHARING VERIFIED:" in page and "NOT VERIFIED" not in page and "same device" in page
     assert 'href="R3/R3.html"' in (built / "evidence" / "index.html").read_text()
     rendered = read_table(built / "evidence" / "R3" / "R3_table.csv")
     pd.testing.assert_frame_equal(rendered, shared.table.reset_index(drop=True), check_dtype=False, obj="table")

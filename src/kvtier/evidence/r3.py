@@ -32,7 +32,9 @@ def verdict_text(shared: Measured) -> str:
     v = verdict(shared)
     mib = f"{v['writer_bytes'] / 2**20:.1f} MiB" if v["writer_bytes"] else "no bytes"
     hits = ", ".join(f"{h}/{p}" for h, p in zip(v["l2_hit_tokens"], v["prompt_tokens"]))
-    head = "VERIFIED" if v["verified"] else "NOT VERIFIED"
+    # What was shown is reuse of files across instances in turn (A stopped before B started), not the documents'
+    # "hot sharing" (A still serving while B reads what it wrote): the word says which.
+    head = "SEQUENTIAL SHARING VERIFIED" if v["verified"] else "NOT VERIFIED"
     where = ""
     if v["writer_host"] and v["reader_host"]:
         where = (f" (A on {v['writer_host']}, B on {v['reader_host']}: "
@@ -41,4 +43,5 @@ def verdict_text(shared: Measured) -> str:
             f"{where} resumed "
             f"from them in {v['valid_windows']} of {v['windows']} windows (B's LMCache L2 hit tokens / prompt "
             f"tokens per window: {hits}); B's greedy outputs "
-            f"{'equal' if v['outputs_identical'] else 'do NOT all equal'} those of recompute.")
+            f"{'equal' if v['outputs_identical'] else 'do NOT all equal'} those of recompute. Hot sharing (A "
+            "serving while B reads what it wrote) was not run here.")
