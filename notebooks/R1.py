@@ -36,7 +36,9 @@
 #   request handling and forward pass that no storage tier can remove.
 #
 # Every figure is the median over the run's rounds, every ratio is between figures of this run, and all are
-# computed by `kvtier.evidence.r1` from the raw records of `kvtier.runs.r1`.
+# computed by `kvtier.evidence.r1` from the raw records of `kvtier.runs.r1`. R1 reads the tier paths as they are,
+# never through emulated devices (config `emulation`): under a bandwidth cap every build and fio would read at the
+# cap, and neither the patch nor the checksum's cost could show.
 
 # %% tags=["parameters"]
 r1_dir = "../tests/fixtures/r1"  # an R1 directory: reads/ (kvtier r1-reads) and resume/ (kvtier r1-resume)

@@ -360,3 +360,22 @@ def test_a_measuring_command_frees_an_emulation_a_killed_one_left(tmp_path):
     assert "freed an emulation a killed command left" in probe.stderr
     assert json.loads((tmp_path / "platform.json").read_text())["emulation"]["tiers"]["shared_pool"]["in_force"]
     assert not os.path.ismount(tiers["shared_pool"]["path"]) and not (tmp_path / "state.json").exists()
+
+
+@needs_emulation
+def test_r1_reads_the_paths_as_they_are_even_where_the_workflow_emulates_them(tmp_path):
+    """R1 sets LMCache's reads against the device itself (kvtier.cli.NOT_EMULATED): with the plan set it mounts
+    nothing, and an emulation a killed command left is freed first, so that it reads the path as it is."""
+    from kvtier import cli
+    assert {"r1-reads", "r1-resume"} <= set(cli.MEASURING) and not {"r1-reads", "r1-resume"} & set(cli.EMULATED)
+    tiers = {"shared_pool": {"path": str(tmp_path / "shared_pool"), "size": "64MiB", "read": f"{CAP}B/s",
+                             "write": f"{CAP}B/s"}}
+    left = emulated.from_plan(json.dumps({"state": str(tmp_path / "state.json"), "tiers": tiers}),
+                              name=f"test-{os.getpid()}")
+    left.up()  # as a command killed with SIGKILL leaves it
+    env = measuring_env(tmp_path, tiers)
+    done = subprocess.run([sys.executable, "-m", "kvtier", "r1-reads", "--run-dir", str(tmp_path / "R1"),
+                           "--settings", "{}"], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 2 and "freed an emulation a killed command left" in done.stderr, done.stderr
+    assert not os.path.ismount(tiers["shared_pool"]["path"]) and not (tmp_path / "state.json").exists()
+    assert not emulated.throttle().group(f"test-{os.getpid()}").exists()

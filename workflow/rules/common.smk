@@ -61,6 +61,7 @@ try:
         source=_config_source)
 except KvtierError as exc:
     sys.exit(f"kvtier: {exc}")
+EMULATED_TIERS = set(EMULATION_PLAN["tiers"]) if EMULATION_PLAN else set()
 # (braces doubled: Snakemake formats the prefix of every job's shell command as it does the command)
 _EMULATE = (f"export {kvtier_emulated.ENV_PLAN}={shlex.quote(json.dumps(EMULATION_PLAN))}; "
             .replace("{", "{{").replace("}", "}}") if EMULATION_PLAN else "")
@@ -207,8 +208,7 @@ PROBES_GROUP = "probes"
 _G3_EMULATED = GATES["g3"].get("emulated") or {}
 G3 = {k: v for k, v in GATES["g3"].items() if k != "emulated"}
 G3_SOURCE = "gates.g3"
-if _G3_EMULATED and EMULATION_PLAN and all(
-        {**G3, **_G3_EMULATED}[_key] in EMULATION_PLAN["tiers"] for _key in ("candidate", "baseline")):
+if _G3_EMULATED and all({**G3, **_G3_EMULATED}[_key] in EMULATED_TIERS for _key in ("candidate", "baseline")):
     G3, G3_SOURCE = {**G3, **_G3_EMULATED}, "gates.g3.emulated"
 if GATES_ON:
     try:
@@ -248,7 +248,7 @@ R9_SETTINGS = json.dumps({"paths": {"local_disk": RUNS["local_disk_path"], "shar
 SWEEP = config["sweep"]
 SWEEP_DIR = f"{CAMPAIGN_DIR}/sweep"
 SWEEP_ON = SWEEP["enabled"] and RUNS["enabled"] and (
-    bool(EMULATION_PLAN and "local_disk" in EMULATION_PLAN["tiers"]) if MEASURE
+    "local_disk" in EMULATED_TIERS if MEASURE
     else os.path.isfile(f"{SWEEP_DIR}/run.json"))
 SWEEP_SPEC = json.dumps({k: SWEEP[k] for k in ("contexts", "read_caps", "concurrency", "sessions", "rounds")})
 if SWEEP_ON:

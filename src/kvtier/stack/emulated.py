@@ -547,6 +547,19 @@ def around_command(what: str):
         yield record
 
 
+@contextlib.contextmanager
+def outside(what: str):
+    """A measuring command that reads the tier paths as they are even where the workflow emulates them (R1's):
+    an emulation a killed command left is freed first, so that nothing is mounted on the paths."""
+    text = os.environ.get(ENV_PLAN)
+    if text and not os.environ.get(ENV_CAPS):
+        left = teardown(from_plan(text).state)
+        if left:
+            print(f"kvtier: {what}: freed an emulation a killed command left: {', '.join(left)}", file=sys.stderr,
+                  flush=True)
+    yield
+
+
 def set_read_cap(tier: str, read_bps: int) -> dict:
     """Rewrite the read cap of one emulated tier of the emulation this command runs inside, effective for the
     next I/O (a bandwidth sweep: no server restarts); returns the tier's caps in force afterwards."""
