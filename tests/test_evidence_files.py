@@ -48,15 +48,24 @@ def test_index_links_rendered_items_and_lists_the_rest(tmp_path):
     _fake_rendered(tmp_path, "R2")
     page = index.build(tmp_path, ["R2"]).read_text()
     assert '<a href="R2/R2.html"><b>R2</b>' in page
-    rendered, missing = page.split("Not built by this package yet")
+    rendered, missing = page.split("Not built by this run")
     assert "R2/R2.html" in rendered and "<b>R1</b>" in missing and "<b>R1</b>" not in rendered
     manifest = json.loads((tmp_path / "manifest.json").read_text())
     assert [m["item"] for m in manifest["items"]] == ["R2"]
 
 
+def test_an_item_this_run_did_not_make_is_listed_with_the_reason(tmp_path):
+    _fake_rendered(tmp_path, "R2")
+    page = index.build(tmp_path, ["R2"], {"S": "not emulated here: not root"}).read_text()
+    missing = page.split("Not built by this run")[1]
+    assert "<b>S</b>" in missing and "<i>(not emulated here: not root)</i>" in missing
+    with pytest.raises(KvtierError, match="unknown evidence item"):
+        index.build(tmp_path, ["R2"], {"Z": "why"})
+
+
 def test_the_package_manifest_is_linked_as_written_after_the_index(tmp_path):
     _fake_rendered(tmp_path, "R2")
-    rendered, missing = index.build(tmp_path, ["R2", "R8"]).read_text().split("Not built by this package yet")
+    rendered, missing = index.build(tmp_path, ["R2", "R8"]).read_text().split("Not built by this run")
     assert '<a href="package_manifest.json"><b>R8</b>' in rendered and "(written after this page)" in rendered
     assert "<b>R8</b>" not in missing
     assert [m["item"] for m in json.loads((tmp_path / "manifest.json").read_text())["items"]] == ["R2"]
@@ -68,7 +77,7 @@ def test_an_index_with_every_item_built_has_no_empty_not_built_section(tmp_path)
         if not entry.written_after_index:
             _fake_rendered(tmp_path, entry.id)
     page = index.build(tmp_path, [entry.id for entry in CATALOG]).read_text()
-    assert "Not built by this package yet" not in page and 'class="missing"' not in page
+    assert "Not built by this run" not in page and 'class="missing"' not in page
     assert page.count("<li>") == len(CATALOG)
 
 

@@ -54,7 +54,13 @@ def _cmd_render(args) -> None:
 
 def _cmd_index(args) -> None:
     from .evidence import index
-    print(f"wrote {index.build(args.evidence_dir, args.item)}")
+    not_run = {}
+    for text in args.not_run:
+        item, sep, why = text.partition("=")
+        if not sep or not item or not why:
+            raise KvtierError(f"--not-run {text!r}: expected ITEM=REASON, e.g. S=not emulated here")
+        not_run[item] = why
+    print(f"wrote {index.build(args.evidence_dir, args.item, not_run)}")
 
 
 def _cmd_manifest(args) -> None:
@@ -643,6 +649,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("index", help="write evidence/index.html and evidence/manifest.json")
     p.add_argument("--evidence-dir", default="evidence")
     p.add_argument("--item", action="append", default=[], required=True, help="rendered item id (repeatable)")
+    p.add_argument("--not-run", action="append", default=[], metavar="ITEM=REASON",
+                   help="an item this run did not make, and why (repeatable), e.g. S='not emulated here: not root'")
     p.set_defaults(func=_cmd_index)
 
     p = sub.add_parser("manifest", help="R8: write evidence/package_manifest.json (the sha256 of every file of the "

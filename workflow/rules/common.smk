@@ -305,6 +305,8 @@ ITEMS = (list(config["replay"]["items"]) + (["A"] if config["audit"]["enabled"] 
          + (["B"] if BOUNDARY["enabled"] else []) + (["R9"] if R9_ON else []) + (["S"] if SWEEP_ON else [])
          + (["R5"] if SOAK_ON else [])
          + (["R6", "R7", "G"] if GATES_ON else []) + ["R8"])
+# Items this run did not make for a reason the reader should see on the index (the sweep needs emulated tiers).
+NOT_RUN = ({"S": EMULATION_SAYS} if SWEEP["enabled"] and RUNS["enabled"] and MEASURE and not SWEEP_ON else {})
 # What the index waits for: every page's manifest (R8's manifest is written after the index: rule package_manifest).
 FOLDERS = [CATALOG[item].folder for item in ITEMS if not CATALOG[item].written_after_index]
 SOURCES = sorted(glob.glob(f"{PUBLISHED}/sources/*.txt"))

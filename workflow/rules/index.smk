@@ -12,7 +12,9 @@ rule index:
         html=f"{EVIDENCE}/index.html",
         manifest=f"{EVIDENCE}/manifest.json",
     params:
-        argv=lambda wildcards, output: ["--evidence-dir", os.path.dirname(output.html), *(word for item in ITEMS for word in ("--item", item))],
+        argv=lambda wildcards, output: ["--evidence-dir", os.path.dirname(output.html),
+                                        *(word for item in ITEMS for word in ("--item", item)),
+                                        *(word for item, why in NOT_RUN.items() for word in ("--not-run", f"{item}={why}"))],
     resources:
         **SMALL_JOB,
     log:

@@ -39,20 +39,24 @@ input and output.</p>
 </html>
 """
 # Only where something is missing: a run that built every item has no empty section.
-_MISSING = """<h2>Not built by this package yet</h2>
+_MISSING = """<h2>Not built by this run</h2>
 <ul class="missing">
 {items}
 </ul>
 """
 
 
-def build(evidence_dir: str | os.PathLike, items: list[str]) -> Path:
-    """Write index.html and manifest.json for `items`, each of which must have been rendered."""
+def build(evidence_dir: str | os.PathLike, items: list[str], not_run: dict[str, str] | None = None) -> Path:
+    """Write index.html and manifest.json for `items`, each of which must have been rendered; an item of `not_run`
+    (id: why) is listed with the reason this run did not make it (e.g. "not emulated here: ...")."""
     evidence_dir = Path(evidence_dir)
+    not_run = dict(not_run or {})
     manifests, rendered, missing = [], [], []
     for entry in CATALOG:
         if entry.id not in items:
-            missing.append(f"<li><b>{entry.id}</b> — {html.escape(entry.title)}: {html.escape(entry.summary)}</li>")
+            why = f" <i>({html.escape(not_run[entry.id])})</i>" if entry.id in not_run else ""
+            missing.append(f"<li><b>{entry.id}</b> — {html.escape(entry.title)}: {html.escape(entry.summary)}{why}"
+                           "</li>")
             continue
         if entry.written_after_index:
             rendered.append(f'<li><a href="{entry.page}"><b>{entry.id}</b> — {html.escape(entry.title)}</a> '
@@ -65,7 +69,7 @@ def build(evidence_dir: str | os.PathLike, items: list[str]) -> Path:
         manifests.append(json.loads(manifest.read_text(encoding="utf-8")))
         rendered.append(f'<li><a href="{entry.page}"><b>{entry.id}</b> — '
                         f"{html.escape(entry.title)}</a>: {html.escape(entry.summary)}</li>")
-    unknown = sorted(set(items) - {entry.id for entry in CATALOG})
+    unknown = sorted((set(items) | set(not_run)) - {entry.id for entry in CATALOG})
     if unknown:
         raise KvtierError(f"unknown evidence item(s): {', '.join(unknown)}")
     write_text(evidence_dir / MANIFEST_NAME,
