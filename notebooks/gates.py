@@ -64,6 +64,8 @@ display(page.styled_verdicts(page.summary(records)))
 # %% tags=["nbval-check-output"]
 print(f"G1 {records['G1']['verdict']}: platform record {records['G1']['inputs'][0]['path']}")
 print(page.g1_table(records["G1"]).drop(columns="why").to_string(index=False))
+for note in records["G1"].get("notes", []):  # e.g. whether the tiers are emulated here, and why not
+    print(note)
 
 # %%
 display(page.styled_verdicts(page.g1_table(records["G1"])))

@@ -82,11 +82,12 @@ def test_the_default_bill_passes_here_and_the_published_one_fails_naming_its_lin
     assert bom.verdict(default) == bom.PASS, bom.text(default)
     out = tmp_path / "g1.json"
     proc = run(["kvtier", "gate-g1", "--record", str(record), "--config", "config/examples/mi308x.yaml",
-                "--out", str(out)], cwd=ROOT, check=False)
+                "--note", "emulated tiers: not emulated here: not root", "--out", str(out)], cwd=ROOT, check=False)
     assert proc.returncode == 1, proc.stderr
     assert "FAIL  accelerators.devices.# equals 8: found 0" in proc.stdout
     result = json.loads(out.read_text())
     assert result["gate"] == "G1" and result["verdict"] == bom.FAIL
+    assert result["notes"] == ["emulated tiers: not emulated here: not root"]
     assert {r["field"] for r in result["lines"] if r["verdict"] == bom.FAIL} >= {
         "accelerators.devices.#", "accelerators.devices.*.model", "software.torch_build"}
     bad = run(["kvtier", "gate-g1", "--record", str(record), "--expect", '[{"field": "cpu.cores", "op": "near", '

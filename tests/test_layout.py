@@ -128,7 +128,7 @@ def test_the_cli_has_the_subcommands_and_arguments_it_had_before_the_regrouping(
     # whose SLA verdict is undecided gets more rounds); `emulate` (tiers on loop devices with kernel-capped
     # bandwidth); `sweep-run` (the bandwidth sweep on an emulated tier); `advise --sweep --tier --g2 --prefill-tok-s
     # --kv-bytes-per-token` (predictions for described storage), its `--boundary` no longer required; `index
-    # --not-run` (an item this run did not make, with the reason).
+    # --not-run` (an item this run did not make, with the reason); `gate-g1 --note`.
     from kvtier.cli import build_parser
     golden = json.loads((ROOT / "tests" / "golden" / "cli.json").read_text())
     assert json.loads(json.dumps(cli_shape(build_parser()), default=str)) == golden

@@ -421,7 +421,8 @@ def _cmd_gate_g1(args) -> int:
     rows = bom.check(bill, platform_probe.read(args.record))  # read and checked against its schema
     print(bom.text(rows))
     if args.out:
-        record.write(args.out, record.make("G1", bom.verdict(rows), rows, [args.record], {"expect": lines}))
+        record.write(args.out, record.make("G1", bom.verdict(rows), rows, [args.record], {"expect": lines},
+                                           args.note))
     return 0 if bom.verdict(rows) == bom.PASS else 1
 
 
@@ -931,6 +932,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", default=None, help="a config file whose gates.g1.expect is the bill (e.g. "
                    "config/examples/mi308x.yaml)")
     p.add_argument("--out", default=None, help="write the verdict record (JSON) here")
+    p.add_argument("--note", action="append", default=[], help="a sentence the record and the gates page carry "
+                   "(repeatable), e.g. whether the tiers are emulated here and why not")
     p.set_defaults(func=_cmd_gate_g1)
 
     p = sub.add_parser("r9-loads", help="R9: vLLM loading one model's weights from each tier path, cold and warm, "

@@ -46,6 +46,7 @@ rule gate_g1:
         lines=len(GATES["g1"]["expect"]),
         # A function, so that braces in a line's value (a regular expression) are not read as wildcards.
         expect=lambda wildcards: json.dumps(GATES["g1"]["expect"]),
+        emulation=f"emulated tiers: {EMULATION_SAYS}",  # or why not: what the emulated items rest on
     resources:
         **SMALL_JOB,
     log:
@@ -54,7 +55,8 @@ rule gate_g1:
         "../../environment.yml"
     # The record is written on FAIL too; gate_proceed decides what happens next.
     shell:
-        "kvtier gate-g1 --record {input.platform:q} --expect {params.expect:q} --out {output.record:q} > {log:q} 2>&1"
+        "kvtier gate-g1 --record {input.platform:q} --expect {params.expect:q} --note {params.emulation:q}"
+        " --out {output.record:q} > {log:q} 2>&1"
         " || test -s {output.record:q}"
 
 
