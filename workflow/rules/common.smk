@@ -222,10 +222,12 @@ if GATES_ON:
         sys.exit(f"kvtier: {exc}")
 
 G2_STORAGE_DIR = f"{CAMPAIGN_DIR}/G2/storage"
-# G2's own storage passes: every tier path; R1's fio rounds already read the pool path sequentially.
+# G2's own storage passes: every tier path; R1's fio rounds already read the pool path sequentially, except where
+# the pool is emulated (R1 reads the paths as they are: G2 reads the capped device itself).
+R1_READS_POOL = R1["enabled"] and "shared_pool" not in EMULATED_TIERS
 G2_STORAGE_SETTINGS = json.dumps({"paths": {"local_disk": RUNS["local_disk_path"],
                                             "shared_pool": RUNS["shared_pool_path"]},
-                                  "read_paths": ["local_disk"] if R1["enabled"] else None, "quiet": QUIET,
+                                  "read_paths": ["local_disk"] if R1_READS_POOL else None, "quiet": QUIET,
                                   "timeout_s": RUNS["timeout_s"],
                                   **{k: GATES["g2"][k] for k in ("queue_depths", "repetitions", "size_mib",
                                                                   "random_mib")}})

@@ -93,7 +93,7 @@ rule gate_g2:
         gate=[ancient(flag) for flag in G1_FLAG],
         storage=rules.g2_storage.output.run,
         # R1's fio reads of the pool path, except where the pool is emulated: R1 reads the paths as they are
-        r1_reads=[f"{R1_DIR}/reads"] if R1["enabled"] and "shared_pool" not in EMULATED_TIERS else [],
+        r1_reads=[f"{R1_DIR}/reads"] if R1_READS_POOL else [],
         rounds=rules.campaign.output.rounds,
     output:
         record=f"{GATES_DIR}/G2.json",
