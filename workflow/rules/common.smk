@@ -207,6 +207,7 @@ PROBES_GROUP = "probes"
 # published hardware's ratio), that entry's settings replace the configured ones: the published gate, in scale.
 _G3_EMULATED = GATES["g3"].get("emulated") or {}
 G3 = {k: v for k, v in GATES["g3"].items() if k != "emulated"}
+_G3_NOT_SETTINGS = ("why", "stop_on_fail")  # the page's and the pipeline's, not the verdict's
 G3_SOURCE = "gates.g3"
 if _G3_EMULATED and all({**G3, **_G3_EMULATED}[_key] in EMULATED_TIERS for _key in ("candidate", "baseline")):
     G3, G3_SOURCE = {**G3, **_G3_EMULATED}, "gates.g3.emulated"
@@ -217,7 +218,7 @@ if GATES_ON:
                 raise KvtierError(f"{_config_source}: {G3_SOURCE}.{_key} {G3[_key]!r} is not a tier of "
                                   f"runs.tiers ({', '.join(RUNS['tiers'])}): G3 compares two measured tiers; set "
                                   "gates.g3.candidate and baseline to tiers this run measures, or gates.enabled: false")
-        kvtier_g3.G3Settings(**{k: v for k, v in G3.items() if k != "why"}).check()
+        kvtier_g3.G3Settings(**{k: v for k, v in G3.items() if k not in _G3_NOT_SETTINGS}).check()
     except KvtierError as exc:
         sys.exit(f"kvtier: {exc}")
 
@@ -232,7 +233,7 @@ G2_STORAGE_SETTINGS = json.dumps({"paths": {"local_disk": RUNS["local_disk_path"
                                   **{k: GATES["g2"][k] for k in ("queue_depths", "repetitions", "size_mib",
                                                                   "random_mib")}})
 G2_SETTINGS = json.dumps({k: GATES["g2"][k] for k in ("max_cv", "floors")})
-G3_SETTINGS = json.dumps({k: v for k, v in G3.items() if k != "why"})
+G3_SETTINGS = json.dumps({k: v for k, v in G3.items() if k not in _G3_NOT_SETTINGS})
 
 # R9 (kvtier.runs.r9): its own generated model, loaded from the tier paths by vLLM with the tier runs' settings.
 R9 = config["r9"]

@@ -162,7 +162,9 @@ rule gate_proceed:
         # but not one whose resources did. Switching gates.stop_on_fail must not rewrite G1's flag: Snakemake does
         # not look again at the jobs downstream of a job it reruns (they take the flag as `ancient`), so a G2 or
         # G3 setting changed in the same run would go unseen.
-        stop_on_fail=int(GATES["stop_on_fail"]),
+        # G3 may say otherwise (gates.g3.emulated: the published gate in scale reports, it does not stop the run).
+        stop_on_fail=lambda wildcards: int(G3.get("stop_on_fail", GATES["stop_on_fail"]) if wildcards.gate == "G3"
+                                           else GATES["stop_on_fail"]),
         stop_on_undecided=int(GATES["stop_on_undecided"]),
     log:
         f"logs/gates/{RUNS['campaign']}/{{gate}}.proceed.log",
