@@ -55,6 +55,24 @@ def test_every_tier_against_recompute_drives_rounds():
             cr.drivers(KINDS, only)
 
 
+def test_the_pool_against_the_local_disk_drives_rounds_where_it_is_named():
+    """Where both L2 tiers are emulated devices with their own caps (the pipeline's DRIVING_PAIRS), the pool against
+    the local disk asks a direction too: an undecided one chooses both tiers' units for the next round."""
+    pair = [("shared_pool", "local_disk")]
+    extra = {(d.tier, d.baseline, d.metric) for d in cr.drivers(KINDS, pairs=pair)} - {
+        (d.tier, d.baseline, d.metric) for d in cr.drivers(KINDS)}
+    assert extra == {("shared_pool", "local_disk", m) for m in ("ttft_p50_s", "output_tok_s")}
+    assert cr.drivers(["recompute", "shared_pool"], pairs=pair) == cr.drivers(["recompute", "shared_pool"])
+    # Every tier against recompute decided; the pool against the local disk (0.8-1.1 of it) is not.
+    decided = dict(ROUNDS_3, local_disk=[0.5, 0.52, 0.49], shared_pool=[0.4, 0.57, 0.45])
+    assert cr.decide(frame(decided), 3, ROUNDS, UNITS, cr.drivers(KINDS), now=T0)["stop"] == cr.DECIDED
+    look = cr.decide(frame(decided), 3, ROUNDS, UNITS, cr.drivers(KINDS, pairs=pair), now=T0)
+    assert look["stop"] is None
+    assert {row["name"] for row in look["undecided"]} >= {"shared_pool vs local_disk: ttft_p50_s"}
+    chosen = {k for unit in look["next_units"] for k in unit}
+    assert {"shared_pool", "local_disk", "recompute"} <= chosen and "cross_instance" not in chosen
+
+
 def test_a_look_measures_again_only_the_units_of_what_is_undecided_with_recompute():
     look = cr.decide(frame(ROUNDS_3), 3, ROUNDS, UNITS, cr.drivers(KINDS), now=T0)
     assert look["stop"] is None and look["started_at"] == T0.isoformat()

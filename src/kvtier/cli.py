@@ -339,6 +339,7 @@ def _cmd_campaign_look(args) -> None:
                                                 settings.get("budget_s"))
         units = [tuple(u) for u in settings["units"]]
         only = settings.get("sequential_tiers")
+        pairs = [tuple(pair) for pair in settings.get("driving_pairs") or ()]
     except (KeyError, TypeError) as exc:
         raise KvtierError(f"--settings: needs rounds, max_rounds, budget_s and units: {exc}") from exc
     kinds = [kind for unit in units for kind in unit]
@@ -348,8 +349,8 @@ def _cmd_campaign_look(args) -> None:
             previous = json.loads(Path(args.previous).read_text())
         except (OSError, json.JSONDecodeError) as exc:
             raise KvtierError(f"--previous {args.previous}: not a campaign look ({exc})") from exc
-    found = campaign_rounds.look(args.campaign_dir, args.after, rounds, units, campaign_rounds.drivers(kinds, only),
-                                 previous)
+    found = campaign_rounds.look(args.campaign_dir, args.after, rounds, units,
+                                 campaign_rounds.drivers(kinds, only, pairs), previous)
     write_text(args.out, json.dumps(found, indent=2) + "\n")
     print(f"campaign look after {args.after} rounds: {len(found['undecided'])} comparison(s) undecided; "
           + (f"stop: {found['stop']}" if found["stop"] else

@@ -145,9 +145,14 @@ unit_before = lambda wildcards, unit: (
 # A unit's cluster job group (a further round's from its own units).
 run_group = lambda round_, unit: CAMPAIGN_PLAN.group(round_, unit, (CROSS_INSTANCE,))
 
-# What a look is told (kvtier campaign-look --settings): the plan and the units.
+# What a look is told (kvtier campaign-look --settings): the plan, the units, and, where both L2 tiers are emulated
+# devices with their own caps, the pool against the local disk as a comparison that drives rounds too (the
+# published comparison in scale, and G3's where it is the published gate).
+DRIVING_PAIRS = ([["shared_pool", "local_disk"]] if {"shared_pool", "local_disk"} <= EMULATED_TIERS
+                 and not RUNS.get("sequential_tiers") else [])
 LOOK_SETTINGS = json.dumps({"rounds": RUNS["rounds"], "max_rounds": CAMPAIGN_ROUNDS.most, "budget_s": RUNS["budget_s"],
-                            "units": [list(u) for u in RUN_UNITS], "sequential_tiers": RUNS.get("sequential_tiers")})
+                            "units": [list(u) for u in RUN_UNITS], "sequential_tiers": RUNS.get("sequential_tiers"),
+                            "driving_pairs": DRIVING_PAIRS})
 # R3's hand-off (kvtier.runs.cross_instance): what instance A's job leaves for instance B's.
 R3_HANDOFF_DIR = f"{CAMPAIGN_DIR}/{kvtier_campaign.round_dir('{round}')}/{CROSS_INSTANCE}_handoff"
 

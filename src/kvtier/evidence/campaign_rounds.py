@@ -2,10 +2,11 @@
 look at the comparisons that drive more rounds, and the units the next round measures.
 
 A comparison drives rounds when it answers a question the pages ask with a direction: each tier against recompute
-(R2_local, R3) by TTFT and by output tok/s (G3's default candidate and baseline among them). Two sides built to
-read alike (the pool against local_disk on one device, R3's reader against the same instance) do not: no number of
-rounds turns "no difference measured" into a decision there, and they would spend the whole budget on every run.
-They are still judged, over whatever rounds their tiers got.
+(R2_local, R3) by TTFT and by output tok/s (G3's default candidate and baseline among them), and the pool against
+the local disk where both are emulated devices with caps of their own (the published comparison in scale). Two
+sides built to read alike (the pool against local_disk on one device, R3's reader against the same instance) do
+not: no number of rounds turns "no difference measured" into a decision there, and they would spend the whole
+budget on every run. They are still judged, over whatever rounds their tiers got.
 
 Each look judges every driving comparison at that look's level (kvtier.evidence.sequential: the error rate spent
 over a fixed maximum of looks, so a comparison's interval holds its coverage however the rounds stopped). The
@@ -86,18 +87,23 @@ class Driver:
     threshold: float = 1.0
 
 
-def drivers(kinds: list[str], only: list[str] | None = None) -> list[Driver]:
+def drivers(kinds: list[str], only: list[str] | None = None,
+            pairs: list[tuple[str, str]] | tuple = ()) -> list[Driver]:
     """The driving comparisons of a campaign measuring `kinds`: every tier (of `only`, when given) against
-    recompute, by TTFT p50 and by output tok/s (R2_local, R3). G3's lines are judged on the same rounds (their
-    intervals the plan's), and its default candidate against recompute is one of these; its thresholds do not
-    choose units, so that a changed threshold re-judges what was measured instead of asking to measure again."""
+    recompute, by TTFT p50 and by output tok/s (R2_local, R3), and each (tier, baseline) of `pairs` measured on
+    both sides (the pool against the local disk where both are emulated devices with different caps: then the two
+    sides are not built to read alike, and the published comparison in scale asks which is faster). G3's lines are
+    judged on the same rounds (their intervals the plan's); its thresholds do not choose units, so that a changed
+    threshold re-judges what was measured instead of asking to measure again."""
     unknown = sorted(set(only or ()) - set(kinds) | ({REFERENCE} & set(only or ())))
     if unknown:
         raise KvtierError(f"runs.sequential_tiers: {', '.join(unknown)} not a tier measured against {REFERENCE} "
                           f"(measured: {', '.join(kinds)})")
-    return [Driver(f"{tier} vs {REFERENCE}: {metric}", tier, REFERENCE, metric)
-            for tier in kinds if tier != REFERENCE and REFERENCE in kinds and (only is None or tier in only)
-            for metric in ("ttft_p50_s", "output_tok_s")]
+    against_recompute = [(tier, REFERENCE) for tier in kinds
+                         if tier != REFERENCE and REFERENCE in kinds and (only is None or tier in only)]
+    between = [(tier, base) for tier, base in pairs if tier in kinds and base in kinds and tier != base]
+    return [Driver(f"{tier} vs {base}: {metric}", tier, base, metric)
+            for tier, base in against_recompute + between for metric in ("ttft_p50_s", "output_tok_s")]
 
 
 def undecided(by_round: pd.DataFrame, found: list[Driver], plan: sequential.Plan) -> list[dict]:
