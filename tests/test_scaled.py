@@ -94,3 +94,14 @@ def test_the_published_scale_is_reached_by_a_cap_or_said_to_be_out_of_reach():
     # 0.116 x 8 s = 0.926 s: 0.426 s of device time for 16 x 2048 x 4 KiB
     target = 17.31 / 149.48 * 8.0
     assert row.local_cap_for_it_mb_s == pytest.approx(16 * 2048 * 4096 / (target - 0.5) / 1e6)
+
+
+def test_a_replay_knows_the_campaign_was_emulated_from_its_record(tmp_path):
+    import json
+    assert scaled.recorded_emulated_tiers(tmp_path) == set()  # no record yet
+    (tmp_path / "conditions.json").write_text(json.dumps({"platform": {"emulation": {"tiers": {
+        "local_disk": {}, "shared_pool": {}}}}}))
+    assert scaled.recorded_emulated_tiers(tmp_path) == {"local_disk", "shared_pool"}
+    (tmp_path / "conditions.json").write_text("[]")
+    assert scaled.recorded_emulated_tiers(tmp_path) == set()
+    assert scaled.recorded_emulated_tiers(CAMPAIGN) == set()  # the fixture campaign ran on the paths as they are

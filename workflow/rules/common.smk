@@ -10,6 +10,7 @@ from kvtier.core import config as kvtier_config
 from kvtier.core import interrupt as kvtier_interrupt
 from kvtier.evidence import campaign_rounds as kvtier_campaign_rounds
 from kvtier.evidence import r1 as kvtier_r1
+from kvtier.evidence import scaled as kvtier_scaled
 from kvtier.evidence.render import cli_args as render_args
 from kvtier.evidence.catalog import BY_ID as CATALOG
 from kvtier.core.errors import KvtierError
@@ -220,7 +221,8 @@ if GATES_ON:
     try:
         for _key in ("candidate", "baseline"):
             if G3[_key] not in RUNS["tiers"]:
-                raise KvtierError(f"{_config_source}: {G3_SOURCE}.{_key} {G3[_key]!r} is not a tier of "
+                _where = G3_SOURCE if _key in _G3_EMULATED and G3_SOURCE != "gates.g3" else "gates.g3"
+                raise KvtierError(f"{_config_source}: {_where}.{_key} {G3[_key]!r} is not a tier of "
                                   f"runs.tiers ({', '.join(RUNS['tiers'])}): G3 compares two measured tiers; set "
                                   "gates.g3.candidate and baseline to tiers this run measures, or gates.enabled: false")
         kvtier_g3.G3Settings(**{k: v for k, v in G3.items() if k not in _G3_NOT_SETTINGS}).check()
@@ -258,6 +260,10 @@ SWEEP_DIR = f"{CAMPAIGN_DIR}/sweep"
 SWEEP_ON = SWEEP["enabled"] and RUNS["enabled"] and (
     "local_disk" in EMULATED_TIERS if MEASURE
     else os.path.isfile(f"{SWEEP_DIR}/run.json"))
+# R2_local reruns the published pool-against-local comparison in scale where both L2 tiers are emulated devices
+# (kvtier.evidence.scaled); in a replay, where the campaign's record says they were.
+SCALED_ON = {"shared_pool", "local_disk"} <= (EMULATED_TIERS if MEASURE
+                                              else kvtier_scaled.recorded_emulated_tiers(CAMPAIGN_DIR))
 SWEEP_SPEC = json.dumps({k: SWEEP[k] for k in ("contexts", "read_caps", "concurrency", "sessions", "rounds")})
 if SWEEP_ON:
     try:

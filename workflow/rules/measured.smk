@@ -13,8 +13,9 @@ rule render_R2_local:
         attribution=f"{CAMPAIGN_DIR}/attribution.csv",
         correctness=f"{CAMPAIGN_DIR}/correctness.csv",
         conditions=f"{CAMPAIGN_DIR}/conditions.json",
-        published=f"{PUBLISHED}/R2_readings.csv",  # the published comparison in scale, where the tiers are emulated
-        sweep=[SWEEP_DIR] if SWEEP_ON else [],  # its model predicts that comparison
+        # The published comparison in scale, where both L2 tiers are emulated, and the sweep whose model predicts it.
+        published=[f"{PUBLISHED}/R2_readings.csv"] if SCALED_ON else [],
+        sweep=[SWEEP_DIR] if SCALED_ON and SWEEP_ON else [],
         gate=G1_RECORD,
     output:
         html=report(f"{EVIDENCE}/R2_local/R2_local.html", **PAGE_REPORT["R2_local"]),
@@ -25,9 +26,9 @@ rule render_R2_local:
         campaign=RUNS["campaign"],
         argv=lambda wildcards, input, output: render_args(
             "R2_local", input.notebook, os.path.dirname(output.html),
-            {"campaign_dir": os.path.dirname(input.readings), "published_readings": input.published,
+            {"campaign_dir": os.path.dirname(input.readings), "published_readings": f"{PUBLISHED}/R2_readings.csv",
              "sweep_dir": input.sweep[0] if input.sweep else "", "chart_png_scale": RENDER["chart_png_scale"]},
-            [input.readings, input.rounds, input.attribution, input.correctness, input.conditions, input.published,
+            [input.readings, input.rounds, input.attribution, input.correctness, input.conditions, *input.published,
              *(f"{d}/{name}" for d in input.sweep for name in ("sweep.jsonl", "run.json")), *input.gate],
             gates=input.gate, **RENDER_OPTIONS,
         ),

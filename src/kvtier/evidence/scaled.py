@@ -17,6 +17,7 @@ Per concurrency of both tables:
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -138,6 +139,16 @@ def published_scale(model: ServiceModel, local: Measured, published: pd.DataFram
         out.append({"concurrency": c, "published_local_vs_recompute": target,
                     "floor_vs_recompute": floor / recompute, "local_cap_for_it_mb_s": None if cap is None else cap / 1e6})
     return pd.DataFrame(out)
+
+
+def recorded_emulated_tiers(campaign_dir: str | Path) -> set[str]:
+    """The tiers a campaign's record (conditions.json, its platform record) says were emulated; none where there is
+    no record yet or it says nothing (what a replay renders the comparison in scale from)."""
+    try:
+        conditions = json.loads((Path(campaign_dir) / "conditions.json").read_text())
+        return set(((conditions.get("platform") or {}).get("emulation") or {}).get("tiers") or {})
+    except (OSError, ValueError, AttributeError):
+        return set()
 
 
 def emulated_caps(local: Measured) -> dict[str, float] | None:
