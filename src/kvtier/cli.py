@@ -33,6 +33,17 @@ def _parse_params(pairs: list[str]) -> dict:
     return params
 
 
+def _named_values(texts: list[str], option: str, shape: str, example: str, empty_value: bool = False) -> dict:
+    """{name: value} from repeated NAME=VALUE options; one that is not is refused naming the option and its shape."""
+    values = {}
+    for text in texts:
+        name, sep, value = text.partition("=")
+        if not sep or not name or not (value or empty_value):
+            raise KvtierError(f"{option} {text!r}: expected {shape}, e.g. {example}")
+        values[name] = value
+    return values
+
+
 def _number_or_text(value: str):
     """Papermill parameters keep their type: '2' is the integer 2, '2.5' a float, anything else text."""
     for kind in (int, float):
@@ -54,12 +65,7 @@ def _cmd_render(args) -> None:
 
 def _cmd_index(args) -> None:
     from .evidence import index
-    not_run = {}
-    for text in args.not_run:
-        item, sep, why = text.partition("=")
-        if not sep or not item or not why:
-            raise KvtierError(f"--not-run {text!r}: expected ITEM=REASON, e.g. S=not emulated here")
-        not_run[item] = why
+    not_run = _named_values(args.not_run, "--not-run", "ITEM=REASON", "S=not emulated here")
     print(f"wrote {index.build(args.evidence_dir, args.item, not_run)}")
 
 
@@ -196,12 +202,8 @@ def _cmd_audit(args) -> None:
 
 def _cmd_bench(args) -> None:
     from .bench.runner import BenchConfig, Runner
-    metrics_urls = {}
-    for pair in args.metrics:
-        name, sep, url = pair.partition("=")
-        if not sep or not name:
-            raise KvtierError(f"--metrics {pair!r}: expected NAME=URL, e.g. vllm=http://127.0.0.1:8000/metrics")
-        metrics_urls[name] = url
+    metrics_urls = _named_values(args.metrics, "--metrics", "NAME=URL", "vllm=http://127.0.0.1:8000/metrics",
+                                 empty_value=True)
     if args.resume:
         run = json.loads((Path(args.resume) / "run.json").read_text()) if (Path(args.resume) / "run.json").is_file() \
             else None
@@ -300,12 +302,7 @@ def _cmd_r1_resume(args) -> None:
 
 def _cmd_probe(args) -> None:
     from .probes import platform_probe
-    paths = {}
-    for pair in args.path:
-        name, sep, value = pair.partition("=")
-        if not sep or not name or not value:
-            raise KvtierError(f"--path {pair!r}: expected NAME=DIRECTORY, e.g. shared_pool=/mnt/pool")
-        paths[name] = value
+    paths = _named_values(args.path, "--path", "NAME=DIRECTORY", "shared_pool=/mnt/pool")
     platform_probe.write(args.out, paths, args.model_dir, args.lmcache_build)
     print(f"wrote {args.out}")
 

@@ -63,6 +63,7 @@ try:
 except KvtierError as exc:
     sys.exit(f"kvtier: {exc}")
 EMULATED_TIERS = set(EMULATION_PLAN["tiers"]) if EMULATION_PLAN else set()
+L2_TIERS_EMULATED = {"shared_pool", "local_disk"} <= EMULATED_TIERS  # each on a device with caps of its own
 # (braces doubled: Snakemake formats the prefix of every job's shell command as it does the command)
 _EMULATE = (f"export {kvtier_emulated.ENV_PLAN}={shlex.quote(json.dumps(EMULATION_PLAN))}; "
             .replace("{", "{{").replace("}", "}}") if EMULATION_PLAN else "")
@@ -149,8 +150,7 @@ run_group = lambda round_, unit: CAMPAIGN_PLAN.group(round_, unit, (CROSS_INSTAN
 # What a look is told (kvtier campaign-look --settings): the plan, the units, and, where both L2 tiers are emulated
 # devices with their own caps, the pool against the local disk as a comparison that drives rounds too (the
 # published comparison in scale, and G3's where it is the published gate).
-DRIVING_PAIRS = ([["shared_pool", "local_disk"]] if {"shared_pool", "local_disk"} <= EMULATED_TIERS
-                 and not RUNS.get("sequential_tiers") else [])
+DRIVING_PAIRS = [["shared_pool", "local_disk"]] if L2_TIERS_EMULATED and not RUNS.get("sequential_tiers") else []
 LOOK_SETTINGS = json.dumps({"rounds": RUNS["rounds"], "max_rounds": CAMPAIGN_ROUNDS.most, "budget_s": RUNS["budget_s"],
                             "units": [list(u) for u in RUN_UNITS], "sequential_tiers": RUNS.get("sequential_tiers"),
                             "driving_pairs": DRIVING_PAIRS})
@@ -214,14 +214,15 @@ PROBES_GROUP = "probes"
 _G3_EMULATED = GATES["g3"].get("emulated") or {}
 G3 = {k: v for k, v in GATES["g3"].items() if k != "emulated"}
 _G3_NOT_SETTINGS = ("why", "stop_on_fail")  # the page's and the pipeline's, not the verdict's
-G3_SOURCE = "gates.g3"
-if _G3_EMULATED and all({**G3, **_G3_EMULATED}[_key] in EMULATED_TIERS for _key in ("candidate", "baseline")):
-    G3, G3_SOURCE = {**G3, **_G3_EMULATED}, "gates.g3.emulated"
+G3_EMULATED = bool(_G3_EMULATED) and all({**G3, **_G3_EMULATED}[_key] in EMULATED_TIERS
+                                         for _key in ("candidate", "baseline"))
+if G3_EMULATED:
+    G3 = {**G3, **_G3_EMULATED}
 if GATES_ON:
     try:
         for _key in ("candidate", "baseline"):
             if G3[_key] not in RUNS["tiers"]:
-                _where = G3_SOURCE if _key in _G3_EMULATED and G3_SOURCE != "gates.g3" else "gates.g3"
+                _where = "gates.g3.emulated" if G3_EMULATED and _key in _G3_EMULATED else "gates.g3"
                 raise KvtierError(f"{_config_source}: {_where}.{_key} {G3[_key]!r} is not a tier of "
                                   f"runs.tiers ({', '.join(RUNS['tiers'])}): G3 compares two measured tiers; set "
                                   "gates.g3.candidate and baseline to tiers this run measures, or gates.enabled: false")
@@ -262,8 +263,8 @@ SWEEP_ON = SWEEP["enabled"] and RUNS["enabled"] and (
     else os.path.isfile(f"{SWEEP_DIR}/run.json"))
 # R2_local reruns the published pool-against-local comparison in scale where both L2 tiers are emulated devices
 # (kvtier.evidence.scaled); in a replay, where the campaign's record says they were.
-SCALED_ON = {"shared_pool", "local_disk"} <= (EMULATED_TIERS if MEASURE
-                                              else kvtier_scaled.recorded_emulated_tiers(CAMPAIGN_DIR))
+SCALED_ON = (L2_TIERS_EMULATED if MEASURE
+             else {"shared_pool", "local_disk"} <= kvtier_scaled.recorded_emulated_tiers(CAMPAIGN_DIR))
 SWEEP_SPEC = json.dumps({k: SWEEP[k] for k in ("contexts", "read_caps", "concurrency", "sessions", "rounds")})
 if SWEEP_ON:
     try:

@@ -145,16 +145,20 @@ def recorded_emulated_tiers(campaign_dir: str | Path) -> set[str]:
     """The tiers a campaign's record (conditions.json, its platform record) says were emulated; none where there is
     no record yet or it says nothing (what a replay renders the comparison in scale from)."""
     try:
-        conditions = json.loads((Path(campaign_dir) / "conditions.json").read_text())
-        return set(((conditions.get("platform") or {}).get("emulation") or {}).get("tiers") or {})
+        return set(_emulated_tiers(json.loads((Path(campaign_dir) / "conditions.json").read_text())))
     except (OSError, ValueError, AttributeError):
         return set()
+
+
+def _emulated_tiers(conditions: dict) -> dict:
+    """{tier: its record} of the emulated tiers in a campaign's conditions (its platform record)."""
+    return ((conditions.get("platform") or {}).get("emulation") or {}).get("tiers") or {}
 
 
 def emulated_caps(local: Measured) -> dict[str, float] | None:
     """The read caps in force for both tiers (bytes/s) in the campaign's platform record, or None where the tiers
     were not both emulated (then there is nothing to scale)."""
-    tiers = ((local.conditions.get("platform") or {}).get("emulation") or {}).get("tiers") or {}
+    tiers = _emulated_tiers(local.conditions)
     caps = {}
     for name in (BASELINE, CANDIDATE):
         in_force = (tiers.get(name) or {}).get("in_force") or {}

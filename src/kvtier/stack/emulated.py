@@ -539,10 +539,7 @@ def around_command(what: str):
         yield None
         return
     emulation = from_plan(text)
-    left = teardown(emulation.state)
-    if left:
-        print(f"kvtier: {what}: freed an emulation a killed command left: {', '.join(left)}", file=sys.stderr,
-              flush=True)
+    _free_what_was_left(emulation, what)
     with emulation.session() as record:
         yield record
 
@@ -553,11 +550,17 @@ def outside(what: str):
     an emulation a killed command left is freed first, so that nothing is mounted on the paths."""
     text = os.environ.get(ENV_PLAN)
     if text and not os.environ.get(ENV_CAPS):
-        left = teardown(from_plan(text).state)
-        if left:
-            print(f"kvtier: {what}: freed an emulation a killed command left: {', '.join(left)}", file=sys.stderr,
-                  flush=True)
+        _free_what_was_left(from_plan(text), what)
     yield
+
+
+def _free_what_was_left(emulation: Emulation, what: str) -> None:
+    """The caller holds the node's measurement lock, so an emulation the state file still records was left by a
+    killed command: free it, and say so in the log."""
+    left = teardown(emulation.state)
+    if left:
+        print(f"kvtier: {what}: freed an emulation a killed command left: {', '.join(left)}", file=sys.stderr,
+              flush=True)
 
 
 def set_read_cap(tier: str, read_bps: int) -> dict:
