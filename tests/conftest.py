@@ -33,10 +33,18 @@ def pytest_collection_modifyitems(config, items):
 
 
 def tool_env() -> dict:
-    """Environment for subprocesses: this interpreter's bin first, so `kvtier` and `snakemake` are ours."""
+    """Environment for subprocesses: this interpreter's bin first, so `kvtier` and `snakemake` are ours (once:
+    under `make test` it is first already, and the session's fork server then serves this process and its
+    subprocesses alike)."""
     env = dict(os.environ)
-    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    if not env.get("PATH", "").startswith(f"{BIN}{os.pathsep}"):
+        env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
     return env
+
+
+# This process as its subprocesses: the servers a test starts in this process and those its commands start are
+# then forked from the session's one fork server (vllm_fork_server) alike.
+os.environ["PATH"] = tool_env()["PATH"]
 
 
 def run(cmd: list[str], cwd: Path, check: bool = True, timeout: float = 900,
@@ -188,11 +196,27 @@ def tiny_model(tmp_path_factory) -> Path:
     return generate(tmp_path_factory.mktemp("model") / "tiny", ModelSpec(seed=0, max_positions=8192))
 
 
+@pytest.fixture(scope="session", autouse=True)
+def vllm_fork_server(request, tmp_path_factory):
+    """Where the session runs real-stack tests: one import of vLLM for the servers its tests start themselves
+    (kvtier.stack.fork_server; a pipeline run starts its own), named to them and their subprocesses by
+    KVTIER_VLLM_FORK_SERVER. None in the edit-test loop, which starts no server."""
+    from kvtier.stack import fork_server
+    if not any(item.get_closest_marker("vllm") for item in request.session.items):
+        yield None
+        return
+    server = fork_server.RunForkServer()
+    server.start(str(tmp_path_factory.mktemp("fork") / "fork_server.log"), tool_env())
+    yield server
+    server.stop()
+
+
 @pytest.fixture(scope="session")
 def vllm_server(tiny_model, tmp_path_factory):
+    """A plain start (fork=False): the reference that a forked start is compared with."""
     from kvtier.stack.vllm_server import VllmServer
     server = VllmServer(str(tiny_model), str(tmp_path_factory.mktemp("logs") / "vllm.log"), served_name="tiny",
-                        max_model_len=8192, kv_cache_gib=1)
+                        max_model_len=8192, kv_cache_gib=1, fork=False)
     with server:
         yield server
 

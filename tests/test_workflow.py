@@ -15,7 +15,7 @@ from kvtier.core.table_io import read_table, write_table
 from kvtier.evidence import r2
 from kvtier.stack import emulated
 
-from conftest import BIN, PRESET, ROOT, copy_built, run
+from conftest import BIN, PRESET, ROOT, copy_built, processes_mentioning, run
 
 pytestmark = pytest.mark.workflow
 
@@ -559,6 +559,24 @@ def test_R9_loads_one_model_from_each_path_cold_and_warm(built):
     pd.testing.assert_frame_equal(rendered, measured.table, check_dtype=False)
     html = (built / "evidence" / "R9" / "R9.html").read_text()
     assert "6.2" in html and "9.3" in html and "names no baseline" in html
+
+
+def test_every_vllm_start_but_r9s_was_forked_from_the_runs_one_import(built):
+    from kvtier.stack import fork_server
+    banner = "version 0.32"  # vLLM prints it once a start, after its arguments are parsed
+    starts = {path: path.read_text(errors="replace") for path in (built / "raw_data" / "runs").rglob("*.log")
+              if banner in path.read_text(errors="replace")}
+    r9 = {path: text for path, text in starts.items() if "/R9/" in path.as_posix()}
+    others = {path: text for path, text in starts.items() if path not in r9}
+    assert len(others) >= 15 and len(r9) == 2, sorted(starts)
+    for path, text in others.items():
+        assert "started without the fork server" not in text, (path, text.split("without the fork server")[1][:300])
+        assert text.count(fork_server.STARTED_NOTE) == text.count(banner), path
+    assert not any(fork_server.STARTED_NOTE in text for text in r9.values())  # R9 times whole starts
+    log = (built / "logs" / "fork_server.log").read_text()
+    assert log.count("imported in") == 1, log[-2000:]
+    assert not [pid for pid in processes_mentioning(str(built)) if b"kvtier.stack.fork_server"
+                in Path(f"/proc/{pid}/cmdline").read_bytes()], "the fork server outlived the run"
 
 
 def gated_copy(built: Path, tmp_path: Path, settings: dict) -> Path:

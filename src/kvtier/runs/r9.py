@@ -100,7 +100,8 @@ def start_and_stop(settings: LoadSettings, model_dir: Path, log: Path) -> dict:
                         vllm_command=list(settings.vllm_command),
                         tensor_parallel_size=settings.tensor_parallel_size,
                         gpu_memory_utilization=settings.gpu_memory_utilization, dtype=settings.dtype,
-                        extra_args=list(settings.vllm_extra_args), ready_timeout_s=settings.timeout_s)
+                        extra_args=list(settings.vllm_extra_args), ready_timeout_s=settings.timeout_s,
+                        fork=False)  # ready_s times a whole start, vLLM's import included, as a user's start
     start = time.perf_counter()
     try:
         server.start()

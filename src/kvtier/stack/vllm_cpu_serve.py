@@ -27,6 +27,7 @@ import sys
 from collections.abc import Mapping
 
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+LAUNCH_MODULE = "kvtier.stack.vllm_cpu_serve"  # this module, as `python -m` names it
 METHOD_ENV = "VLLM_WORKER_MULTIPROC_METHOD"
 FORK_NOTE = "kvtier.stack.vllm_cpu_serve: the engine core is forked, not spawned"  # once a start, in vLLM's log
 
