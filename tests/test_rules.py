@@ -26,10 +26,15 @@ def test_every_job_that_burns_cpu_or_disk_holds_the_measurement_slot():
     blocks = rules()
     heavy = {name for name, body in blocks.items() if re.search(rf'"kvtier ({"|".join(HEAVY)})\b', body)}
     assert heavy >= {"render_R2", "render_audit", "tier_run_", "r1_reads", "lmcache_build", "model"}
-    # A render holds it while the pipeline measures (RENDER_SLOT, workflow/rules/common.smk); a replay measures
-    # nothing, and its renders run side by side.
-    slot = {name: "measurement=RENDER_SLOT" if name.startswith("render_") else "measurement=1" for name in heavy}
+    # A measurement holds all of it; a render (RENDER_SLOT: none in a replay, which measures nothing), a build or a
+    # model half, so that two of those run side by side but none beside a measurement (workflow/rules/common.smk).
+    built = {"lmcache_build", "model", "model_r9"}
+    slot = {name: "measurement=RENDER_SLOT" if name.startswith("render_") else
+            "measurement=HALF_SLOT" if name in built else "measurement=WHOLE_SLOT" for name in heavy}
     assert [name for name in heavy if slot[name] not in blocks[name]] == []
+    measuring = {name for name, body in blocks.items() if "measurement=WHOLE_SLOT" in body}
+    assert measuring >= {"tier_run_", "r3_populate", "r3_resume", "r1_reads", "r1_resume", "r9_loads", "soak",
+                         "boundary_cells", "g2_storage", "sweep_run"}
 
 
 def test_every_rule_says_what_it_does_and_logs_it():

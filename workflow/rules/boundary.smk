@@ -24,7 +24,7 @@ rule boundary_cells:
         settings=BOUNDARY_SETTINGS,
     resources:
         **MEASURE_JOB,
-        measurement=1,
+        measurement=WHOLE_SLOT,
     log:
         f"logs/boundary/{RUNS['campaign']}/cells.log",
     conda:

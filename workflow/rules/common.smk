@@ -47,9 +47,12 @@ except KvtierError as exc:
 MEASURE = config["measure"]
 _NO_MEASURE = "" if MEASURE else "export KVTIER_NO_MEASURE=1; "
 built = lambda paths: list(paths) if MEASURE else []
-# A render burns CPU, so while the pipeline measures it holds the one `measurement` slot like a measurement does
-# (profiles/default). A replay measures nothing: its renders run side by side, as many as --cores allows.
-RENDER_SLOT = 1 if MEASURE else 0
+# The `measurement` resource (2, workflow/profiles/default): a measurement holds all of it, so that nothing else of
+# the pipeline runs while a window is measured; a render, an LMCache build or a model burns CPU too and holds half,
+# so two of them run side by side but never beside a measurement. A replay measures nothing: its renders hold none
+# and run as many at once as --cores allows.
+WHOLE_SLOT, HALF_SLOT = 2, 1
+RENDER_SLOT = HALF_SLOT if MEASURE else 0
 
 PUBLISHED = config["published_dir"]
 EVIDENCE = config["evidence_dir"]

@@ -75,7 +75,7 @@ rule g2_storage:
         settings=G2_STORAGE_SETTINGS,
     resources:
         **MEASURE_JOB,
-        measurement=1,
+        measurement=WHOLE_SLOT,
     log:
         f"logs/gates/{RUNS['campaign']}/G2_storage.log",
     conda:

@@ -21,7 +21,7 @@ rule lmcache_build:
         ],
     resources:
         **SMALL_JOB,
-        measurement=1,
+        measurement=HALF_SLOT,
     log:
         "logs/lmcache_build/{variant}.log",
     conda:

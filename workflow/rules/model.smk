@@ -15,7 +15,7 @@ rule model:
         ],
     resources:
         **SMALL_JOB,
-        measurement=1,
+        measurement=HALF_SLOT,
     log:
         "logs/model.log",
     conda:

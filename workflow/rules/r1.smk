@@ -16,7 +16,7 @@ rule r1_reads:
         settings=R1_READ_SETTINGS,
     resources:
         **MEASURE_JOB,
-        measurement=1,
+        measurement=WHOLE_SLOT,
     log:
         f"logs/r1/{RUNS['campaign']}/reads.log",
     conda:
@@ -41,7 +41,7 @@ rule r1_resume:
         resume=R1_RESUME_SETTINGS,
     resources:
         **MEASURE_JOB,
-        measurement=1,
+        measurement=WHOLE_SLOT,
     log:
         f"logs/r1/{RUNS['campaign']}/resume.log",
     conda:

@@ -16,7 +16,7 @@ rule model_r9:
         ],
     resources:
         **SMALL_JOB,
-        measurement=1,
+        measurement=HALF_SLOT,
     log:
         "logs/model_r9.log",
     conda:
@@ -40,7 +40,7 @@ rule r9_loads:
         settings=json.dumps({**json.loads(R9_SETTINGS), "model_dir": R9_MODEL_DIR}),
     resources:
         **MEASURE_JOB,
-        measurement=1,
+        measurement=WHOLE_SLOT,
     log:
         f"logs/r9/{RUNS['campaign']}/loads.log",
     conda:

@@ -2,7 +2,7 @@
 # or two tiers on the same servers; servers started, measured, stopped), and R3's run as two jobs (instance A
 # populates the shared pool and hands off, instance B resumes from it), in the rotated order of CAMPAIGN_PLAN, then the
 # campaign's tables. On a cluster, the tier runs between two R3 runs of a round go as one job (run_group).
-# Measurements never overlap: each holds the whole `measurement` resource (limit 1 in workflow/profiles/default)
+# Measurements never overlap: each holds the whole `measurement` resource (WHOLE_SLOT, workflow/profiles/default)
 # and the node's measurement lock (kvtier.core.node_lock). One rule per unit, since a unit's outputs are its tiers'
 # run directories.
 
@@ -32,7 +32,7 @@ for _unit in [unit for unit in RUN_UNITS if unit != (CROSS_INSTANCE,)]:
             settings=TIER_SETTINGS,
         resources:
             **MEASURE_JOB,
-            measurement=1,
+            measurement=WHOLE_SLOT,
         log:
             f"logs/tier_run/{RUNS['campaign']}/round-{{round}}/{'+'.join(_unit)}.log",
         conda:
@@ -60,7 +60,7 @@ rule r3_populate:
         settings=TIER_SETTINGS,
     resources:
         **MEASURE_JOB,
-        measurement=1,
+        measurement=WHOLE_SLOT,
     log:
         f"logs/tier_run/{RUNS['campaign']}/round-{{round}}/r3_populate.log",
     conda:
@@ -82,7 +82,7 @@ rule r3_resume:
         settings=TIER_SETTINGS,
     resources:
         **MEASURE_JOB,
-        measurement=1,
+        measurement=WHOLE_SLOT,
     log:
         f"logs/tier_run/{RUNS['campaign']}/round-{{round}}/r3_resume.log",
     conda:

@@ -24,7 +24,7 @@ rule soak:
         resume=lambda wildcards, output: kvtier_soak.resumable(os.path.dirname(output.summary)),
     resources:
         **kvtier_cluster.runtime_for(SOAK_SECONDS, MEASURE_JOB),
-        measurement=1,
+        measurement=WHOLE_SLOT,
     log:
         f"logs/soak/{RUNS['campaign']}/soak.log",
     conda:

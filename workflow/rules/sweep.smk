@@ -17,7 +17,7 @@ rule sweep_run:
         sweep=SWEEP_SPEC,
     resources:
         **MEASURE_JOB,
-        measurement=1,
+        measurement=WHOLE_SLOT,
     log:
         f"logs/sweep/{RUNS['campaign']}/sweep.log",
     conda:
