@@ -32,7 +32,7 @@ onstart:
     # Killed (SIGTERM) or hung up on (SIGHUP), Snakemake cancels its jobs as on Ctrl-C, so that no job submitted to
     # a cluster, and no server, outlives the run that started it (kvtier.core.interrupt).
     kvtier_interrupt.interrupt_on(signal.SIGTERM, signal.SIGHUP)
-    # vLLM imported once for the run, each CPU server forked from it (kvtier.stack.fork_server), where the jobs run
+    # vLLM imported once for the run, each server forked from it (kvtier.stack.fork_server), where the jobs run
     # on this machine (common.smk: never one the run inherited).
     if FORK_SERVER_ON and workflow.local_exec:
         FORK_SERVER.start(FORK_SERVER_LOG, kvtier_fork_server.snakemake_job_environment(

@@ -3,6 +3,7 @@ caller's place (session, environment, log, cgroup), and anything that would make
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -14,7 +15,8 @@ import pytest
 
 from kvtier.core.errors import KvtierError
 from kvtier.stack import fork_server
-from kvtier.stack.process import ManagedProcess, group_members
+from kvtier.stack.lmcache_server import LMCacheServer
+from kvtier.stack.process import group_members
 from kvtier.stack.vllm_server import VllmServer
 
 
@@ -37,14 +39,40 @@ def test_the_job_environment_is_what_snakemakes_shell_adds(monkeypatch, tmp_path
 
 
 def test_without_a_fork_server_a_start_is_a_plain_one_and_the_log_says_why(tmp_path, monkeypatch):
-    launched = []
-    monkeypatch.setattr(ManagedProcess, "launch", lambda self: launched.append(self) or self)
+    from kvtier.stack import process
+    started = []
+    monkeypatch.setattr(process.subprocess, "Popen", lambda command, **kw: started.append(command) or "popen")
     monkeypatch.setenv(fork_server.ENV, str(tmp_path / "gone.sock"))
     server = VllmServer("model", str(tmp_path / "logs" / "vllm.log"))
-    assert server.launch() is server and launched == [server]
+    assert server.launch() is server and server.process == "popen" and started == [server.command()]
     assert "started without the fork server: no fork server at" in (tmp_path / "logs" / "vllm.log").read_text()
-    assert fork_server.launch(str(tmp_path / "gone.sock"), [], dict(os.environ), str(tmp_path / "x.log")) \
-        .startswith("no fork server at")
+    started.clear()
+    VllmServer("model", str(tmp_path / "r9.log"), fork=False).launch()  # a timed start never asks
+    assert started and not (tmp_path / "r9.log").read_text()
+
+
+def test_what_a_fork_runs_in_place_of_a_command(tmp_path):
+    vllm = VllmServer("model", "log").command()
+    assert fork_server.program(vllm) == {"module": "kvtier.stack.vllm_cpu_serve", "args": vllm[3:]}
+    lmcache = LMCacheServer(log_path="log").command()
+    assert fork_server.program(lmcache) == {"script": lmcache[0], "args": lmcache[1:]}
+    # a launcher of the user's (a cluster's `vllm serve`, a container) or another interpreter starts anew
+    assert fork_server.program(VllmServer("model", "log", vllm_command=["vllm", "serve"]).command()) is None
+    assert fork_server.program(["/usr/bin/python3", "-m", "kvtier.stack.vllm_cpu_serve"]) is None
+
+
+def test_a_build_first_on_pythonpath_goes_first_on_sys_path_unless_it_shadows_an_import(tmp_path):
+    mine, site = {"PYTHONPATH": "/a"}, str(tmp_path)
+    assert fork_server.path_first(mine, {"PYTHONPATH": f"{site}:/a"}) == [site]
+    assert fork_server.path_first({}, {"PYTHONPATH": site}) == [site]
+    assert fork_server.path_first(mine, {"PYTHONPATH": f"/a:{site}"}) is None  # not in front: compared as is
+    (tmp_path / "lmcache").mkdir()
+    (tmp_path / "lmcache-0.5.6.dist-info").mkdir()
+    (tmp_path / "six.py").write_text("")
+    assert fork_server.top_level_names(site) == {"lmcache", "six"}
+    # LMCACHE_* are read by LMCache only: free while the fork server has not imported it
+    assert fork_server.differing_keys({}, {"LMCACHE_X": "1"}, frozenset({"vllm"})) == []
+    assert fork_server.differing_keys({}, {"LMCACHE_X": "1"}, frozenset({"lmcache"})) == ["LMCACHE_X"]
 
 
 @pytest.fixture
@@ -75,6 +103,8 @@ def test_a_forked_start_serves_what_a_plain_start_serves_in_the_callers_place(ru
         assert isinstance(server.process, fork_server.Forked)
         pid = server.process.pid
         assert os.getpgid(pid) == pid and os.getsid(pid) == pid  # its own session: stop() signals its group
+        title = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        assert "-m kvtier.stack.vllm_cpu_serve " in title and f" --port {server.port} " in title  # as ps shows it
         assert os.readlink(f"/proc/{pid}/cwd") == os.getcwd()
         assert Path(f"/proc/{pid}/cgroup").read_text() == Path("/proc/self/cgroup").read_text()
         assert _outputs(server) == _outputs(vllm_server)  # the session's plain start: token for token
@@ -86,6 +116,29 @@ def test_a_forked_start_serves_what_a_plain_start_serves_in_the_callers_place(ru
     assert "Explicitly set (1.0/" in text and "the engine core is forked, not spawned" in text
     assert "imported in" in log.read_text()
     print(f"forked start ready in {forked_s:.1f} s (the fork server's import: {log.read_text().split(' in ')[1]})")
+
+
+@pytest.mark.vllm
+def test_an_lmcache_server_forks_with_its_build_first_and_the_callers_environment(running_fork_server, lmcache_builds,
+                                                                                  tmp_path, monkeypatch):
+    from kvtier.core import web
+    socket_path, _, _ = running_fork_server
+    monkeypatch.setenv(fork_server.ENV, socket_path)
+    build_dir, record = lmcache_builds["patched"]
+    site = (build_dir / record["site"]).resolve()
+    server = LMCacheServer(log_path=str(tmp_path / "lmcache.log"), l1_size_gb=0.05, site=str(site),
+                           l2_path=str(tmp_path / "pool"), l2_options={"load_concurrency": 4})
+    with server:
+        assert isinstance(server.process, fork_server.Forked)
+        pid = server.process.pid
+        env = json.loads(web.request(f"http://127.0.0.1:{server.http_port}/env", timeout_s=30))
+        assert env["PYTHONPATH"].split(os.pathsep)[0] == str(site) and env["LMCACHE_DISABLE_BANNER"] == "1"
+        # the build's own compiled extensions are what is mapped, not the environment's LMCache
+        maps = Path(f"/proc/{pid}/maps").read_text()
+        assert f"{site}/lmcache/" in maps and f"{Path(sys.executable).parent.parent}/lib" not in \
+            "".join(line for line in maps.splitlines() if "/lmcache/" in line)
+    assert group_members(pid) == []
+    assert (tmp_path / "lmcache.log").read_text().count(fork_server.STARTED_NOTE) == 1
 
 
 @pytest.mark.vllm
@@ -102,7 +155,8 @@ def test_a_forked_server_that_fails_reports_its_exit_status(running_fork_server,
 def test_a_request_whose_environment_differs_is_refused_naming_the_variable(running_fork_server, tmp_path):
     socket_path, _, _ = running_fork_server
     env = {**os.environ, "OMP_NUM_THREADS": "7"}
-    refused = fork_server.launch(socket_path, ["--help"], env, str(tmp_path / "x.log"))
+    refused = fork_server.launch(socket_path, {"module": "kvtier.stack.vllm_cpu_serve", "args": ["--help"]}, env,
+                                 str(tmp_path / "x.log"))
     assert isinstance(refused, str) and "OMP_NUM_THREADS" in refused and not (tmp_path / "x.log").exists()
 
 

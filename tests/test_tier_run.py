@@ -67,7 +67,8 @@ def test_a_server_killed_mid_run_fails_the_tier_and_leaves_nothing(tiny_model, t
     # This tier's vLLM, by its port (other tests' servers may serve the same model).
     port = json.loads((run_dir / "run.json").read_text())["config"]["base_url"].rsplit(":", 1)[1]
     vllm = [pid for pid in processes_mentioning("kvtier.stack.vllm_cpu_serve")
-            if f"\0--port\0{port}\0" in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")]
+            # its arguments one by one, or (forked from the fork server) as one title
+            if f" --port {port} " in Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()]
     assert len(vllm) == 1, vllm
     pgid = os.getpgid(vllm[0])
     os.killpg(pgid, signal.SIGKILL)

@@ -561,17 +561,19 @@ def test_R9_loads_one_model_from_each_path_cold_and_warm(built):
     assert "6.2" in html and "9.3" in html and "names no baseline" in html
 
 
-def test_every_vllm_start_but_r9s_was_forked_from_the_runs_one_import(built):
+def test_every_server_start_but_r9s_was_forked_from_the_runs_one_import(built):
     from kvtier.stack import fork_server
     banner = "version 0.32"  # vLLM prints it once a start, after its arguments are parsed
-    starts = {path: path.read_text(errors="replace") for path in (built / "raw_data" / "runs").rglob("*.log")
-              if banner in path.read_text(errors="replace")}
+    logs = {path: path.read_text(errors="replace") for path in (built / "raw_data" / "runs").rglob("*.log")}
+    starts = {path: text for path, text in logs.items() if banner in text}
     r9 = {path: text for path, text in starts.items() if "/R9/" in path.as_posix()}
-    others = {path: text for path, text in starts.items() if path not in r9}
-    assert len(others) >= 15 and len(r9) == 2, sorted(starts)
-    for path, text in others.items():
+    vllm = {path: text for path, text in starts.items() if path not in r9}
+    lmcache = {path: text for path, text in logs.items() if path.name == "lmcache.log"}
+    assert len(vllm) >= 15 and len(r9) == 2 and len(lmcache) >= 10, sorted(starts)
+    for path, text in {**vllm, **lmcache}.items():
         assert "started without the fork server" not in text, (path, text.split("without the fork server")[1][:300])
-        assert text.count(fork_server.STARTED_NOTE) == text.count(banner), path
+        assert fork_server.STARTED_NOTE in text, path
+    assert all(text.count(fork_server.STARTED_NOTE) == text.count(banner) for text in vllm.values())
     assert not any(fork_server.STARTED_NOTE in text for text in r9.values())  # R9 times whole starts
     log = (built / "logs" / "fork_server.log").read_text()
     assert log.count("imported in") == 1, log[-2000:]

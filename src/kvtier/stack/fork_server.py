@@ -1,11 +1,12 @@
-"""vLLM's server started by forking a process that has already imported it, instead of a new Python each time.
+"""vLLM's and LMCache's servers started by forking a process that has already imported vLLM, not a new Python each time.
 
 Why: on 2 cores, `import vllm.entrypoints.openai.api_server` (torch, transformers, vLLM) takes 15-23 s of each
 vLLM start, and a run of the pipeline starts vLLM tens of times (23 on the test preset) for windows of seconds.
 The fork server imports it once per Snakemake run (started by the Snakefile's `onstart`, local executor only);
-each start is then a fork of it that runs `python -m kvtier.stack.vllm_cpu_serve ARGS` exactly as a new Python
-would: the same module run as `__main__`, with the caller's arguments, environment, working directory, log file
-and cgroup (an emulated tier's bandwidth cap applies to it as to a process the caller started), in a session of
+each start is then a fork of it that runs `python -m kvtier.stack.vllm_cpu_serve ARGS` (or LMCache's `lmcache
+server ARGS` script, its build first on the path as PYTHONPATH puts it: torch is then imported already, LMCache
+itself after the fork) as a new Python would: the same module or script run as `__main__`, with the caller's
+arguments, environment, working directory, log file and cgroup (an emulated tier's bandwidth cap applies to it as to a process the caller started), in a session of
 its own (so that `ManagedProcess.stop` signals its whole group as before). What the fork shares is only what the
 import left in memory; everything vLLM does from parsing its arguments on (engine configuration, the model load,
 the KV allocation, serving) happens in the forked process, as in a plain start.
@@ -13,7 +14,9 @@ the KV allocation, serving) happens in the forked process, as in a plain start.
 What a fork cannot take from the caller is what was read at import time. A request is therefore refused (and the
 caller starts vLLM the plain way, saying why in the server's log) where its environment differs from the fork
 server's in anything but IMPORT_FREE_KEYS: variables read after the import, and kvtier's own. vLLM's `envs` are read
-when used (their cache is switched on in the engine, after the fork; checked at every start).
+when used (their cache is switched on in the engine, after the fork; checked at every start); LMCache's LMCACHE_*
+only by LMCache, which the fork server never imports. Entries a start puts first on PYTHONPATH (an LMCache build)
+are put first on its `sys.path`, unless they hold a module the fork server has imported (then refused).
 
 Measurements that time a start itself (R9's ready_s) do not use it (`VllmServer.fork = False`). The exit status of
 a forked server is kept by the fork server, which reaps it; `Forked` answers like `subprocess.Popen`.
@@ -30,6 +33,7 @@ import errno
 import json
 import os
 import runpy
+import shlex
 import shutil
 import signal
 import socket
@@ -53,6 +57,7 @@ IMPORT_FREE_KEYS |= {"_", "SHLVL", "PWD", "OLDPWD"}  # the shell's own bookkeepi
 # sets it in a process that generated a model), pytest's name of the running test.
 IMPORT_FREE_KEYS |= {"TORCHINDUCTOR_CACHE_DIR", "PYTEST_CURRENT_TEST"}
 IMPORT_FREE_PREFIXES = ("KVTIER_",)  # kvtier's own (the emulation plan, the caps): vLLM never reads them
+NOT_IMPORTED_PREFIXES = {"LMCACHE_": "lmcache"}  # read only by a package the fork server has not imported
 # What Snakemake's `shell` adds to every job's environment (snakemake/shell.py): thread counts that OpenMP and the
 # BLAS libraries read when torch is imported, and the temporary folder (its default `tmpdir` resource).
 SNAKEMAKE_THREAD_KEYS = ("OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
@@ -64,11 +69,31 @@ PR_SET_PDEATHSIG = 1
 STARTED_NOTE = "kvtier.stack.fork_server: forked from the fork server"  # in the server's log, once a start
 
 
-def differing_keys(mine: dict[str, str], theirs: dict[str, str]) -> list[str]:
-    """The variables, other than the import-free ones, that the two environments do not share with one value."""
+def differing_keys(mine: dict[str, str], theirs: dict[str, str], imported: frozenset[str] = frozenset()) -> list[str]:
+    """The variables, other than the import-free ones, that the two environments do not share with one value;
+    `imported`: the top-level packages imported where `mine` is the environment."""
+    free = IMPORT_FREE_PREFIXES + tuple(p for p, package in NOT_IMPORTED_PREFIXES.items() if package not in imported)
+
     def matters(key: str) -> bool:
-        return key not in IMPORT_FREE_KEYS and not key.startswith(IMPORT_FREE_PREFIXES)
+        return key not in IMPORT_FREE_KEYS and not key.startswith(free)
     return sorted(k for k in set(mine) | set(theirs) if matters(k) and mine.get(k) != theirs.get(k))
+
+
+def path_first(mine: dict[str, str], theirs: dict[str, str]) -> list[str] | None:
+    """The entries `theirs` puts on PYTHONPATH before all of `mine`'s, or None where it does not extend it so."""
+    split = [[p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p] for env in (mine, theirs)]
+    extra = len(split[1]) - len(split[0])
+    return split[1][:extra] if extra >= 0 and split[1][extra:] == split[0] else None
+
+
+def top_level_names(folder: str) -> set[str]:
+    """The modules and packages a folder on sys.path offers."""
+    try:
+        entries = os.listdir(folder)
+    except OSError:
+        return set()
+    return {e[:-3] if e.endswith(".py") else e for e in entries
+            if e.endswith(".py") or ("." not in e and os.path.isdir(os.path.join(folder, e)))}
 
 
 def own_cgroup_path() -> str | None:
@@ -131,12 +156,23 @@ def _ask(socket_path: str, request: dict, timeout_s: float) -> dict:
     return json.loads(data or b"{}")
 
 
-def launch(socket_path: str, args: list[str], env: dict[str, str], log_path: str) -> Forked | str:
-    """Start `python -m MODULE ARGS` forked from the fork server at `socket_path`: a `Forked`, or why not (then the
-    caller starts it the plain way). Waits while the fork server is still importing (its pid file says it is
+def program(command: list[str]) -> dict | None:
+    """What a fork of the fork server runs in place of `command`: {"module": M, "args": ...} for `python -m M ...`
+    (vLLM's CPU server) or {"script": S, "args": ...} for a console script beside this Python (LMCache's
+    `lmcache`), or None for anything else (another interpreter, a launcher), which must start anew."""
+    if command[:3] == [sys.executable, "-m", LAUNCH_MODULE]:
+        return {"module": LAUNCH_MODULE, "args": command[3:]}
+    if command and Path(command[0]).parent == Path(sys.executable).parent and Path(command[0]).name == "lmcache":
+        return {"script": command[0], "args": command[1:]}
+    return None
+
+
+def launch(socket_path: str, run: dict, env: dict[str, str], log_path: str) -> Forked | str:
+    """Start `run` (`program`'s answer) forked from the fork server at `socket_path`: a `Forked`, or why not (then
+    the caller starts it the plain way). Waits while the fork server is still importing (its pid file says it is
     alive), which is never longer than a plain start's own import."""
     deadline = time.monotonic() + READY_WAIT_S
-    request = {"op": "launch", "args": list(args), "env": dict(env), "cwd": os.getcwd(), "log": str(log_path),
+    request = {"op": "launch", **run, "env": dict(env), "cwd": os.getcwd(), "log": str(log_path),
                "cgroup": own_cgroup_path()}
     while True:
         try:
@@ -243,6 +279,7 @@ class _Server:
         started = time.monotonic()
         for module in PRELOAD:
             __import__(module)
+        _prepare_title()
         sys.stdout.flush()
         sys.stderr.flush()
         print(f"fork server: {', '.join(PRELOAD)} imported in {time.monotonic() - started:.1f} s; "
@@ -294,10 +331,22 @@ class _Server:
             return {"running": pid in self.children}
         if request.get("op") != "launch":
             return {"refused": f"unknown request {request.get('op')!r}"}
-        differ = differing_keys(self.environment, request["env"])
+        env = request["env"]
+        imported = frozenset(name.partition(".")[0] for name in sys.modules)
+        first = path_first(self.environment, env)
+        if first:
+            shadowed = sorted({name for folder in first for name in top_level_names(folder)} & imported)
+            if shadowed:
+                return {"refused": f"PYTHONPATH's {os.pathsep.join(first)} holds {', '.join(shadowed)}, "
+                                   "already imported by the fork server"}
+            env = {**env, "PYTHONPATH": self.environment.get("PYTHONPATH")}  # entries put on sys.path instead
+        differ = differing_keys(self.environment, {k: v for k, v in env.items() if v is not None}, imported)
         if differ:
             return {"refused": f"its environment differs from the fork server's in {', '.join(differ[:8])}"
                                f"{' …' if len(differ) > 8 else ''} (read at import time)"}
+        if ("module" in request) == ("script" in request):
+            return {"refused": "a launch names one module or one script"}
+        request["path_first"] = first or []
         return self._fork(request, conn)
 
     def _fork(self, request: dict, conn: socket.socket) -> dict:
@@ -324,6 +373,26 @@ class _Server:
         return {"pid": pid}
 
 
+def _prepare_title() -> None:
+    """setproctitle sets itself up from the process's environment block, which a forked start replaces before it
+    names itself (_set_title): set up here, in the fork server, or the title would stay the fork server's."""
+    try:
+        import setproctitle
+    except ImportError:
+        return
+    setproctitle.getproctitle()
+
+
+def _set_title(argv: list[str]) -> None:
+    """Show the command a plain start would have run (ps, /proc/PID/cmdline), not the fork server's: with
+    setproctitle, which vLLM itself uses to name its engine core."""
+    try:
+        import setproctitle
+    except ImportError:
+        return
+    setproctitle.setproctitle(shlex.join(argv))
+
+
 def _serve(request: dict) -> int:
     """In the forked process: become what `python -m MODULE ARGS` would be in the caller's place, and run it."""
     os.setsid()
@@ -340,17 +409,25 @@ def _serve(request: dict) -> int:
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
-    sys.path[0] = request["cwd"]  # `python -m` puts the working directory first
+    script = request.get("script")
+    # As the interpreter starts: the script's folder (`python -m`: the working directory) first, PYTHONPATH next
+    sys.path[0] = os.path.dirname(os.path.realpath(script)) if script else request["cwd"]
+    sys.path[1:1] = request["path_first"]
     code = 0
     try:
         from vllm import envs
         if envs._is_envs_cache_enabled():  # vLLM would answer from the fork server's environment
             raise RuntimeError("vllm.envs' cache is on in the fork server; a forked start would not see its own")
         print(STARTED_NOTE, file=sys.stderr, flush=True)
-        for module in (LAUNCH_MODULE, SERVER_MODULE):  # run as `__main__` only, as `python -m` runs them
-            sys.modules.pop(module, None)
-        sys.argv = [LAUNCH_MODULE, *request["args"]]
-        runpy.run_module(LAUNCH_MODULE, run_name="__main__", alter_sys=True)
+        _set_title([sys.executable, *([script] if script else ["-m", request["module"]]), *request["args"]])
+        if script:
+            sys.argv = [script, *request["args"]]
+            runpy.run_path(script, run_name="__main__")
+        else:
+            for module in (LAUNCH_MODULE, SERVER_MODULE):  # run as `__main__` only, as `python -m` runs them
+                sys.modules.pop(module, None)
+            sys.argv = [request["module"], *request["args"]]
+            runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         if not isinstance(exc.code, (int, type(None))):

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ..core import web
 from ..core.errors import KvtierError
+from .fork_server import Forked
 from .process import ManagedProcess, free_port
 
 TRANSFERS = ("shm", "pickle")
@@ -38,7 +39,8 @@ class LMCacheServer(ManagedProcess):
     http_port: int = 0
     extra_args: list[str] = field(default_factory=list)
     ready_timeout_s: float = 120.0
-    process: subprocess.Popen | None = None
+    fork: bool = True             # forked from the run's fork server where it has one (kvtier.stack.fork_server)
+    process: subprocess.Popen | Forked | None = None
     name = "LMCache"
 
     def __post_init__(self) -> None:

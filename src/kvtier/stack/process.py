@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from ..core.errors import KvtierError
+from . import fork_server
 
 _HANDED_OUT: set[int] = set()
 
@@ -64,7 +65,8 @@ class ManagedProcess:
     name = "process"
     ready_timeout_s = 600.0
     log_path: str
-    process: subprocess.Popen | None = None
+    fork = True  # may be forked from the run's fork server (a subclass's field can say no)
+    process: subprocess.Popen | fork_server.Forked | None = None
 
     def command(self) -> list[str]:
         raise NotImplementedError
@@ -79,12 +81,25 @@ class ManagedProcess:
         return self.launch().wait_ready()
 
     def launch(self):
-        """Start the process without waiting for it to be ready (to start several at once; then `wait_ready`)."""
+        """Start the process without waiting for it to be ready (to start several at once; then `wait_ready`).
+        Where the run has a fork server (kvtier.stack.fork_server: the Snakefile starts one for a local run) and
+        `fork` allows, forked from it instead of a new Python; where it refuses, started anew, the reason in the
+        log."""
         log = Path(self.log_path)
         log.parent.mkdir(parents=True, exist_ok=True)
+        command, env = self.command(), self.environment()
+        socket_path = os.environ.get(fork_server.ENV)
+        run = fork_server.program(command) if socket_path and self.fork else None
+        if run:
+            forked = fork_server.launch(socket_path, run, env, str(log))
+            if isinstance(forked, fork_server.Forked):
+                self.process = forked
+                return self
+            with open(log, "a") as out:
+                out.write(f"kvtier: started without the fork server: {forked}\n")
         with open(log, "ab") as out:
-            self.process = subprocess.Popen(self.command(), stdout=out, stderr=subprocess.STDOUT,
-                                            env=self.environment(), start_new_session=True)
+            self.process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                            start_new_session=True)
         return self
 
     def wait_ready(self):

@@ -7,11 +7,10 @@ import os
 import subprocess
 import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from ..core import web
 from ..core.errors import KvtierError
-from . import fork_server
+from .fork_server import Forked
 from .process import ManagedProcess, free_port
 from .vllm_cpu_serve import LAUNCH_MODULE, SERVER_MODULE
 
@@ -42,8 +41,8 @@ class VllmServer(ManagedProcess):
     extra_args: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     ready_timeout_s: float = 600.0
-    fork: bool = True                        # start through the run's fork server where there is one (see launch)
-    process: subprocess.Popen | fork_server.Forked | None = None
+    fork: bool = True                        # forked from the run's fork server where it has one
+    process: subprocess.Popen | Forked | None = None
     name = "vLLM"
 
     def __post_init__(self) -> None:
@@ -94,22 +93,6 @@ class VllmServer(ManagedProcess):
             # torch's threads to 1 for serving).
             env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         return {**env, **self.env}
-
-    def launch(self):
-        """Where the run has a fork server (kvtier.stack.fork_server: the Snakefile starts one for a local run),
-        the CPU server is forked from it instead of importing vLLM anew; where it refuses, started the plain way,
-        with the reason in the server's log."""
-        socket_path = os.environ.get(fork_server.ENV)
-        command = self.command()
-        if self.fork and socket_path and command[:3] == [sys.executable, "-m", LAUNCH_MODULE]:
-            Path(self.log_path).parent.mkdir(parents=True, exist_ok=True)
-            forked = fork_server.launch(socket_path, command[3:], self.environment(), self.log_path)
-            if isinstance(forked, fork_server.Forked):
-                self.process = forked
-                return self
-            with open(self.log_path, "a") as log:
-                log.write(f"kvtier: started without the fork server: {forked}\n")
-        return super().launch()
 
     def ready(self) -> bool:
         try:
