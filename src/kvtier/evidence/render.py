@@ -10,16 +10,16 @@ import datetime as dt
 import json
 import os
 from pathlib import Path
-
-import nbformat
-import papermill
-from nbconvert import HTMLExporter
+from typing import TYPE_CHECKING
 
 from .. import __version__
 from ..core.atomic import atomic_path, write_text
 from ..core.errors import KvtierError
 from ..core.hashing import file_record
 from ..core.vcs import git_revision
+
+if TYPE_CHECKING:
+    import nbformat
 
 MANIFEST_NAME = "manifest.json"
 # kvtier's own nbconvert template (code folded, wide output scrolling, a CJK-capable font stack), beside
@@ -28,7 +28,12 @@ TEMPLATES = Path(__file__).parent / "templates"
 DEFAULT_TEMPLATE = "kvtier"
 
 
+# papermill, nbconvert and nbformat are imported where a page is rendered: the workflow imports this module (for
+# cli_args) every time Snakemake parses it, and they are most of a second of that.
+
+
 def _execute(notebook: Path, executed: Path, parameters: dict, cwd: Path, cell_timeout_s: int) -> None:
+    import papermill
     with atomic_path(executed) as tmp:
         try:
             papermill.execute_notebook(
@@ -66,6 +71,7 @@ def failed_gate_cell(failed: list[dict]) -> nbformat.NotebookNode:
         lines.append(f"- **{gate['title']}: {gate.get('verdict', 'FAIL')}** (record `{gate['record']}`): "
                      + "; ".join(gate["failed"][:8]) + (" …" if len(gate["failed"]) > 8 else ""))
     lines += ["", "</div>"]
+    import nbformat
     return nbformat.v4.new_markdown_cell("\n".join(lines))
 
 
@@ -88,6 +94,8 @@ def render(item: str, notebook: str | os.PathLike, out_dir: str | os.PathLike, p
     try:
         executed = out_dir / f"{item}.ipynb"
         _execute(notebook, executed, parameters, cwd, cell_timeout_s)
+        import nbformat
+        from nbconvert import HTMLExporter
         exporter = HTMLExporter(template_name=html_template, extra_template_basedirs=[str(TEMPLATES)])
         node = nbformat.read(executed, as_version=4)
         if after_failed_gates:

@@ -28,7 +28,6 @@ from functools import lru_cache
 from statistics import median
 from typing import Iterable
 
-from scipy import stats as scipy_stats
 
 CONFIDENCE = 0.95
 BOOTSTRAP_MIN_ROUNDS = 8
@@ -116,12 +115,14 @@ def _student(values: list[float], point: float, confidence: float, unit: str, lo
 @lru_cache(maxsize=256)
 def student_quantile(confidence: float, df: float) -> float:
     """The t such that P(|T| < t) = confidence (two-sided), for Student's t with `df` degrees of freedom."""
+    from scipy import stats as scipy_stats  # here, not at the top: the workflow imports this module to parse
     return float(scipy_stats.t.ppf((1 + confidence) / 2, df))
 
 
 def _bootstrap_median(values: list[float], confidence: float, seed: int, resamples: int) -> tuple[float, float]:
     """A seeded percentile bootstrap of the median (scipy.stats.bootstrap), so a rerun prints the same bounds."""
     import numpy as np
+    from scipy import stats as scipy_stats
     result = scipy_stats.bootstrap((np.asarray(values),), np.median, confidence_level=confidence,
                                    n_resamples=resamples, method="percentile", vectorized=True,
                                    random_state=np.random.default_rng(seed))
