@@ -19,6 +19,8 @@ from kvtier.stack.lmcache_server import LMCacheServer
 from kvtier.stack.process import group_members
 from kvtier.stack.vllm_server import VllmServer
 
+from conftest import tool_env
+
 
 def test_only_import_free_variables_may_differ():
     mine = {"PATH": "/a", "OMP_NUM_THREADS": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "KVTIER_EMULATION": "x", "_": "a"}
@@ -139,6 +141,33 @@ def test_an_lmcache_server_forks_with_its_build_first_and_the_callers_environmen
             "".join(line for line in maps.splitlines() if "/lmcache/" in line)
     assert group_members(pid) == []
     assert (tmp_path / "lmcache.log").read_text().count(fork_server.STARTED_NOTE) == 1
+
+
+@pytest.mark.vllm
+def test_a_forked_server_joins_the_callers_cgroup_where_an_emulated_tier_caps_it(running_fork_server, tmp_path):
+    # An emulated tier's bandwidth cap holds for the processes of one cgroup: a measuring command joins it, and the
+    # servers it starts must be in it too (the LMCache server is what reads the pool), forked or not.
+    from kvtier.stack import emulated
+    control = emulated.throttle()
+    if os.geteuid() != 0 or control is None:
+        pytest.skip("needs root and a writable cgroup hierarchy (kvtier.stack.emulated.throttle); run `make test` "
+                    "as root to include it")
+    group = control.create("fork-test")
+    script = (
+        "import json, sys; from pathlib import Path; from kvtier.stack import emulated; "
+        "from kvtier.stack.lmcache_server import LMCacheServer; "
+        f"emulated.throttle().join(Path({str(group)!r})); "
+        f"server = LMCacheServer(log_path={str(tmp_path / 'lmcache.log')!r}, l1_size_gb=0.05); server.start(); "
+        "print(json.dumps([type(server.process).__name__, Path(f'/proc/{server.process.pid}/cgroup').read_text()]));"
+        " server.stop()")
+    try:
+        done = subprocess.run([sys.executable, "-c", script], env=tool_env(), capture_output=True, text=True,
+                              timeout=300)
+    finally:
+        control.remove(group)
+    assert done.returncode == 0, done.stderr[-3000:]
+    kind, cgroup = json.loads(done.stdout.strip().splitlines()[-1])
+    assert kind == "Forked" and f"/{group.name}\n" in cgroup, cgroup  # v1 (blkio) or v2 (0::) line
 
 
 @pytest.mark.vllm
