@@ -28,7 +28,6 @@ from functools import lru_cache
 from statistics import median
 from typing import Iterable
 
-
 CONFIDENCE = 0.95
 BOOTSTRAP_MIN_ROUNDS = 8
 BOOTSTRAP_RESAMPLES = 4000
