@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import atexit
 import ctypes
-import errno
 import json
 import os
 import runpy
@@ -270,6 +269,7 @@ class _Server:
     def __init__(self, socket_path: str, parent: int):
         self.socket_path = socket_path
         self.environment = dict(os.environ)
+        self.cgroup = own_cgroup_path()
         self.parent = parent
         self.exited: dict[int, int] = {}
         self.children: set[int] = set()
@@ -339,8 +339,11 @@ class _Server:
             if shadowed:
                 return {"refused": f"PYTHONPATH's {os.pathsep.join(first)} holds {', '.join(shadowed)}, "
                                    "already imported by the fork server"}
-            env = {**env, "PYTHONPATH": self.environment.get("PYTHONPATH")}  # entries put on sys.path instead
-        differ = differing_keys(self.environment, {k: v for k, v in env.items() if v is not None}, imported)
+            # the entries go on sys.path instead; the rest of PYTHONPATH is compared as any variable
+            env = {k: v for k, v in env.items() if k != "PYTHONPATH"}
+            if "PYTHONPATH" in self.environment:
+                env["PYTHONPATH"] = self.environment["PYTHONPATH"]
+        differ = differing_keys(self.environment, env, imported)
         if differ:
             return {"refused": f"its environment differs from the fork server's in {', '.join(differ[:8])}"
                                f"{' …' if len(differ) > 8 else ''} (read at import time)"}
@@ -362,7 +365,7 @@ class _Server:
         self.children.add(pid)
         cgroup = request.get("cgroup")
         try:
-            if cgroup and cgroup != own_cgroup_path():
+            if cgroup and cgroup != self.cgroup:
                 Path(cgroup, "cgroup.procs").write_text(f"{pid}\n")  # the caller's cgroup: its caps apply
         except OSError as exc:
             os.close(go_write)
@@ -467,11 +470,7 @@ def main() -> None:
         server.run()
     finally:
         for path in (Path(server.socket_path), Path(f"{server.socket_path}.{os.getpid()}")):
-            try:
-                path.unlink()
-            except OSError as exc:
-                if exc.errno != errno.ENOENT:
-                    raise
+            path.unlink(missing_ok=True)
 
 
 if __name__ == "__main__":

@@ -39,7 +39,6 @@ class LMCacheServer(ManagedProcess):
     http_port: int = 0
     extra_args: list[str] = field(default_factory=list)
     ready_timeout_s: float = 120.0
-    fork: bool = True             # forked from the run's fork server where it has one (kvtier.stack.fork_server)
     process: subprocess.Popen | Forked | None = None
     name = "LMCache"
 
