@@ -46,12 +46,13 @@ settings = measured.run["settings"]
 print(f"weights: {measured.run['weights_bytes'] / 2**20:.1f} MiB, dtype {settings['dtype']}, vLLM platform "
       f"{settings['platform']}; {settings['repetitions']} repetition(s) per path and state; paths "
       + ", ".join(sorted(settings["paths"])))
+print(f"starts: {r9.starts(measured.loads)}")
 
 # %% [markdown]
 # ## Readings (median over the repetitions)
 #
 # `loading_weights_s` is vLLM's own figure; `ready_s` the time from launch to a server that answers (start-up
-# included); `raw_read_s` reading the weight files whole (`raw_read_gb_s` its bandwidth); `resident_before_mib`
+# included; vLLM's import too where the starts were whole: see "starts" above); `raw_read_s` reading the weight files whole (`raw_read_gb_s` its bandwidth); `resident_before_mib`
 # how much of the copy was in the page cache when vLLM started (0 for cold, all of it for warm).
 
 # %% tags=["nbval-check-output"]

@@ -167,8 +167,61 @@ def built_run(tmp_path_factory) -> Built:
 
 
 @pytest.fixture(scope="session")
-def built(built_run) -> Path:
+def built(built_run, request) -> Path:
+    if any(item.path.name == "test_slurm.py" for item in request.session.items):
+        # tests/test_slurm.py's run through Slurm starts now, on a copy of this project, and goes on beside the
+        # tests in between: its four jobs spend most of their 3 minutes waiting on the scheduler (a submission, a
+        # Snakemake start inside each job, a status check every 5-30 s), which those tests spend working. Its
+        # measuring commands hold the machine's measurement lock (kvtier.core.node_lock) as every other does.
+        request.getfixturevalue("slurm_background")
     return built_run.project
+
+
+@dataclasses.dataclass
+class Background:
+    """A command left running in the background, its output (stdout and stderr) going to `log`."""
+    cmd: list[str]
+    proc: subprocess.Popen
+    log: Path
+
+    def wait(self, timeout: float = 1800) -> subprocess.CompletedProcess:
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.stop()
+            raise AssertionError(f"{' '.join(self.cmd)} still ran after {timeout:g} s:\n"
+                                 f"{self.log.read_text()[-4000:]}") from None
+        return subprocess.CompletedProcess(self.cmd, self.proc.returncode, self.log.read_text(), "")
+
+    def stop(self) -> None:
+        """SIGTERM, as a user's `kill` (Snakemake then cancels its jobs), SIGKILL a minute later."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+
+
+def start_background(cmd: list[str], cwd: Path, log: Path) -> Background:
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, cwd=cwd, env=tool_env(), stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    return Background(cmd, proc, log)
+
+
+@pytest.fixture(scope="session")
+def slurm_background(slurm_cluster, built_run, tmp_path_factory):
+    """tests/test_slurm.py's smallest DAG through Slurm, started in the background on a copy of the session's built
+    project (`start_on_slurm`), or the reason there is no Slurm here. Stopped at the end if still running."""
+    if slurm_cluster:
+        yield slurm_cluster
+        return
+    from test_slurm import start_on_slurm
+    run_ = start_on_slurm(copy_built(built_run.project, tmp_path_factory.mktemp("slurm") / "kvtier"))
+    yield run_
+    run_.background.stop()
 
 
 # What a built project holds that no rule writes again: the model and LMCache builds (hundreds of MB). A copy links

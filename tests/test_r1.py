@@ -122,6 +122,27 @@ def reads(lmcache_builds, tmp_path_factory):
     return settings, run_dir, run
 
 
+def test_one_python_per_build_makes_every_load_asked_of_it_and_a_failure_is_named(lmcache_builds, tmp_path):
+    settings = r1_run.ReadSettings(pool_path=str(tmp_path / "pool"), local_disk_path=str(tmp_path / "local"),
+                                    builds={name: str(path) for name, (path, _) in lmcache_builds.items()},
+                                    chunks=4, chunk_mib=0.25, load_concurrency=2, queue_depths=[1], rounds=1,
+                                    checkpoint=CKPT, quiet=QUIET, verify_checksum=True)
+    pool = tmp_path / "pool" / r1_run.COLDREAD_DIR
+    with r1_run.ColdReader(settings.builds["patched"], pool, settings) as reader:
+        assert reader.store(verify_checksum=True) == {"stored": 4, "chunks": 4, "files_with_checksum": 4}
+        first, second = reader.loads([(1, False), (2, True)]), reader.loads([(2, False)])
+        assert reader.running()  # the same Python for both requests
+    assert not reader.running()
+    assert [(r["load_concurrency"], r["verify_checksum"]) for r in first + second] == [(1, False), (2, True),
+                                                                                        (2, False)]
+    assert all(r["resident_bytes_before"] == 0 and r["chunks"] == 4 for r in first + second)
+    with r1_run.ColdReader(settings.builds["upstream"], pool, settings) as reader:
+        with pytest.raises(KvtierError, match=r"cold load with .*upstream failed \(exit 1, 0 of 1 stores\): "
+                                              r"(.|\n)*has no chunk checksums"):
+            reader.store(verify_checksum=True)
+    assert not reader.running()
+
+
 def test_reads_alternate_the_builds_and_every_load_starts_cold(reads):
     settings, run_dir, run = reads
     assert run["status"] == "complete" and run["page_cache"].startswith("O_DIRECT")

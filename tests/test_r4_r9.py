@@ -13,7 +13,8 @@ from kvtier.evidence import r4, r9
 from kvtier.probes import pagecache
 from kvtier.runs import r9 as r9_run
 
-FIXTURES = Path(__file__).parent / "fixtures"
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "tests" / "fixtures"
 RECORD = FIXTURES / "r1" / "reads" / "probes" / "platform.json"
 
 
@@ -89,6 +90,33 @@ def test_r9_a_cold_read_faster_than_its_paths_emulated_cap_is_not_cold():
     assert cold.loc["shared_pool", "resident_before_mib"] == 0
     unchecked = r9.cold_reads(r9.Loads({}, loads, r9.table(loads), r9.comparisons(loads)))
     assert set(unchecked["verdict"]) == {r9.UNCHECKED} and unchecked["cap_mb_s"].isna().all()
+
+
+def test_r9_says_how_its_starts_were_made_and_compares_ready_s_only_between_starts_made_alike():
+    loads = loads_frame([2.0, 2.1, 1.9], [0.5, 0.52, 0.48], [4.0, 4.2, 3.8], [0.5, 0.5, 0.5])
+    readings = lambda frame: set(r9.comparisons(frame)["reading"])  # noqa: E731
+    assert "ready_s" in readings(loads) and "includes vLLM's import" in r9.starts(loads)  # an older run: whole
+    forked = loads.assign(start=r9.FORKED)
+    assert "ready_s" in readings(forked) and "leaves vLLM's import out" in r9.starts(forked)
+    mixed = forked.assign(start=[r9.WHOLE] + [r9.FORKED] * (len(forked) - 1))
+    assert readings(mixed) == {"loading_weights_s"} and r9.starts(mixed).startswith(f"{len(mixed) - 1} of {len(mixed)}")
+
+
+def test_r9_times_whole_starts_unless_its_config_asks_for_forked_ones():
+    from kvtier.core import config
+    assert config.load(ROOT / "config" / "config.yaml")["r9"]["fork_server"] is False
+    assert config.validate({})["r9"]["fork_server"] is False
+    assert r9_run.LoadSettings.__dataclass_fields__["fork"].default is False
+    with pytest.raises(KvtierError, match="fork must be true or false, not 'yes'"):
+        r9_run.LoadSettings(model_dir=str(ROOT), paths={"local_disk": "x"}, fork="yes")
+
+
+def test_r9_refuses_a_start_kind_it_does_not_know(tmp_path):
+    (tmp_path / "run.json").write_text(json.dumps({"status": "complete"}))
+    rows = loads_frame([2.0], [0.5], [4.0], [0.5]).assign(start="cloned").to_dict("records")
+    (tmp_path / r9.LOADS_FILE).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(KvtierError, match="start must be 'whole' or 'forked', not \\['cloned'\\]"):
+        r9.load(tmp_path)
 
 
 def test_r9_one_repetition_is_shown_undecided():

@@ -3,7 +3,9 @@
 built project (tests/conftest.py `built`, run locally), the smallest DAG that exercises what Slurm changes then goes
 through `snakemake --profile profiles/slurm`: R3's second round removed and measured again (instance A's job, then
 instance B's, handing off through the pool), the campaign over it and R3's page (short jobs, each in its group).
-Everything else of the test preset is up to date there, so nothing else runs. Checked:
+Everything else of the test preset is up to date there, so nothing else runs. That run starts in the background as
+soon as the session's project is built (tests/conftest.py `built`), beside the tests before these, which wait for
+it. Checked:
 
 - every job went through the scheduler: each job the dry run planned ran inside a Slurm job (its id in Snakemake's
   output, its Slurm log naming it), the short ones in their groups, and each id is COMPLETED in the scheduler's own
@@ -33,7 +35,16 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import PRESET, SLURM_CONF, copy_built, processes_mentioning, run, slurm_local, tool_env
+from conftest import (
+    PRESET,
+    SLURM_CONF,
+    Background,
+    copy_built,
+    processes_mentioning,
+    slurm_local,
+    start_background,
+    tool_env,
+)
 
 pytestmark = pytest.mark.workflow
 
@@ -61,23 +72,33 @@ SELECT = ["--forcerun", *FORCED, "--allowed-rules", *PLANNED, "--config", "runs=
 @dataclasses.dataclass
 class SlurmRun:
     project: Path
-    output: str
+    background: Background
+    output: str = ""
 
 
-@pytest.fixture(scope="module")
-def on_slurm(slurm_cluster, request, tmp_path_factory) -> SlurmRun:
-    """The smallest DAG through Slurm, on a copy of the session's built project."""
+def start_on_slurm(project: Path) -> SlurmRun:
+    """The smallest DAG through Slurm on `project` (a copy of the session's built project), started in the
+    background (tests/conftest.py `built` starts it as soon as that project is built)."""
     from test_workflow import jobs_of_dry_run
-    if slurm_cluster:  # the reason there is no Slurm
-        pytest.skip(slurm_cluster)
-    project = copy_built(request.getfixturevalue("built"), tmp_path_factory.mktemp("slurm") / "kvtier")
     for rel in REMEASURED:
         shutil.rmtree(project / rel)
     planned = jobs_of_dry_run(project, PRESET[1:], extra=SELECT, targets=GOALS)
     if planned != PLANNED:
         pytest.fail(f"the smallest DAG would run {planned}, not {PLANNED}")
-    done = run(["snakemake", *GOALS, *SELECT, "--profile", "profiles/slurm", *PRESET], cwd=project, timeout=1800)
-    return SlurmRun(project, done.stdout + done.stderr)
+    cmd = ["snakemake", *GOALS, *SELECT, "--profile", "profiles/slurm", *PRESET]
+    return SlurmRun(project, start_background(cmd, project, project.parent / "snakemake.out"))
+
+
+@pytest.fixture(scope="module")
+def on_slurm(slurm_background) -> SlurmRun:
+    """That run, once it has ended (with the tests before these ones running beside it)."""
+    if isinstance(slurm_background, str):  # the reason there is no Slurm
+        pytest.skip(slurm_background)
+    done = slurm_background.background.wait()
+    if done.returncode != 0:
+        pytest.fail(f"{' '.join(done.args)} exited {done.returncode}\n{done.stdout[-6000:]}")
+    slurm_background.output = done.stdout
+    return slurm_background
 
 
 def live(name: str) -> list[int]:
@@ -182,11 +203,12 @@ def test_the_pages_rendered_through_slurm_have_the_shape_of_a_local_run(on_slurm
         assert mine.iloc[:, 0].tolist() == theirs.iloc[:, 0].tolist(), table.name
 
 
-def test_a_job_asking_for_more_than_the_node_has_is_refused_at_submission(slurm_cluster):
+def test_a_job_asking_for_more_than_the_node_has_is_refused_at_submission(slurm_background):
     # slurm_local.sh's EnforcePartLimits=ALL: by default Slurm queues such a job and leaves it pending for ever
     # (reason PartitionConfig), and a Snakemake run waits on it with no error (seen: a group job asking 3 CPUs).
-    if slurm_cluster:
-        pytest.skip(slurm_cluster)
+    if isinstance(slurm_background, str):
+        pytest.skip(slurm_background)
+    slurm_background.background.wait()  # its jobs gone from the queue, whatever became of them
     refused = subprocess.run(["sbatch", "--cpus-per-task", str(os.cpu_count() + 1), "--wrap", "true"],
                              capture_output=True, text=True, timeout=60)
     assert refused.returncode != 0 and "More processors requested than permitted" in refused.stderr, refused

@@ -262,7 +262,8 @@ R9_ON = R9["enabled"] and RUNS["enabled"]  # it loads from the campaign's tier p
 R9_DIR = f"{CAMPAIGN_DIR}/R9"
 R9_MODEL_DIR = "models/kvtier-r9"
 R9_SETTINGS = json.dumps({"paths": {"local_disk": RUNS["local_disk_path"], "shared_pool": RUNS["shared_pool_path"]},
-                          "repetitions": R9["repetitions"], "quiet": QUIET, "timeout_s": RUNS["timeout_s"],
+                          "repetitions": R9["repetitions"], "fork": R9["fork_server"], "quiet": QUIET,
+                          "timeout_s": RUNS["timeout_s"],
                           **{k: v for k, v in _SERVER.items() if k in ("platform", "vllm_command",
                                                                        "tensor_parallel_size", "dtype",
                                                                        "gpu_memory_utilization", "vllm_extra_args")}})

@@ -25,6 +25,9 @@ from . import stats
 
 LOADS_FILE = "loads.jsonl"  # kvtier.runs.r9
 READINGS = ("loading_weights_s", "ready_s", "raw_read_s", "raw_read_gb_s")
+# How each start was made (kvtier.runs.r9, `start`): whole (a new Python, vLLM's import included in ready_s) or
+# forked from the run's fork server (ready_s from the fork). A record without it is from a run that started whole.
+WHOLE, FORKED = "whole", "forked"
 OUTPUT_FILES = {"table": "R9_table.csv", "comparisons": "R9_comparisons.csv", "chart": "R9_chart"}
 
 
@@ -48,9 +51,29 @@ def load(run_dir: str | os.PathLike) -> Loads:
     missing = {"rep", "path", "state", *READINGS} - set(loads.columns)
     if loads.empty or missing:
         raise KvtierError(f"{run_dir / LOADS_FILE}: no loads" + (f" (missing {sorted(missing)})" if missing else ""))
+    loads["start"] = loads["start"].fillna(WHOLE) if "start" in loads else WHOLE
+    unknown = set(loads["start"]) - {WHOLE, FORKED}
+    if unknown:
+        raise KvtierError(f"{run_dir / LOADS_FILE}: start must be {WHOLE!r} or {FORKED!r}, not {sorted(unknown)}")
     platform = run_dir / PLATFORM_FILE
     emulation = platform_probe.read(platform).get("emulation") if platform.is_file() else None
     return Loads(run, loads, table(loads), comparisons(loads), emulation)
+
+
+def _start_kinds(loads: pd.DataFrame) -> set[str]:
+    return set(loads["start"]) if "start" in loads else {WHOLE}
+
+
+def starts(loads: pd.DataFrame) -> str:
+    """How the run's vLLM starts were made, as the page says it: what ready_s holds."""
+    kinds = _start_kinds(loads)
+    if kinds == {WHOLE}:
+        return "every start whole (a new Python): ready_s includes vLLM's import, as a user's start does"
+    if kinds == {FORKED}:
+        return ("every start forked from the run's fork server (r9.fork_server): ready_s leaves vLLM's import out; "
+                "the weights load after the fork as in a whole start")
+    return (f"{(loads['start'] == FORKED).sum()} of {len(loads)} starts forked, the rest whole (the fork server "
+            "refused them: the reason is in the server log): ready_s is not compared")
 
 
 COLD, NOT_COLD, UNCHECKED = "within the cap: cold", "faster than the cap: not cold", "no cap here to check against"
@@ -106,9 +129,11 @@ def comparisons(loads: pd.DataFrame) -> pd.DataFrame:
         rows.append({"comparison": what, "reading": reading, **figure.record(),
                      "word": stats.word(figure) if figure.rounds > 1 else stats.ONE_ROUND})
 
+    # ready_s only where every start was made the same way: a forked start leaves vLLM's import out
+    ready = ("ready_s",) if len(_start_kinds(loads)) == 1 else ()
     if {"shared_pool", "local_disk"} <= set(paths):
         for state in states:
-            for reading in ("loading_weights_s", "ready_s"):
+            for reading in ("loading_weights_s", *ready):
                 add(f"shared_pool / local_disk, {state}", reading,
                     _by_rep(loads, reading, path="shared_pool", state=state),
                     _by_rep(loads, reading, path="local_disk", state=state))

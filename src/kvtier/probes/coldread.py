@@ -1,7 +1,7 @@
 """R1 probe: cold-read bandwidth of one LMCache fs L2 worker loading N chunks from a pool.
 
 Runs in a Python that has the LMCache build under test first on its path (PYTHONPATH=<build>/site), so the same
-code measures the upstream and the patched adapter (kvtier.runs.r1 starts it once per build and round):
+code measures the upstream and the patched adapter (kvtier.runs.r1 keeps one per build for a whole run, --serve):
 
     PYTHONPATH=build/lmcache/patched/site python -m kvtier.probes.coldread --pool DIR --chunks 256 --chunk-mib 1 \
         --load-concurrency 1 2 4 8 16 32 16:checked [--odirect] [--verify-checksum] [--store-only]
@@ -18,6 +18,10 @@ loads both with and without the check (a start of this Python, torch and LMCache
 --store-only writes the missing chunks and loads nothing.
 One load per `--load-concurrency` value, in the order given, each by a new adapter with that bound; the upstream
 adapter ignores the bound: it reads one key after another. Prints one JSON record per load on stdout.
+
+With --serve the same Python makes loads for as long as it is asked (kvtier.runs.r1 keeps one per build for a whole
+run): each line on stdin is a request, {"load_concurrency": ["1", "16:checked", ...]} or {"store_only": true,
+"verify_checksum": true}, answered with the records it asks for, one line each; end of input ends it.
 """
 
 from __future__ import annotations
@@ -169,16 +173,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--store-only", action="store_true", help="write the missing chunks; load nothing")
     parser.add_argument("--quiet", type=json.loads, help="wait for a quiet machine before each load: JSON of "
                         "kvtier.probes.quiet.QuietBounds")
+    parser.add_argument("--serve", action="store_true",
+                        help="answer requests, one JSON line each on stdin, until its end (see above)")
     args = parser.parse_args(argv)
     Path(args.pool).mkdir(parents=True, exist_ok=True)
-    chunk_bytes = int(args.chunk_mib * 2**20)
-    if args.store_only:
-        print(json.dumps(store(args.pool, args.chunks, chunk_bytes, args.odirect, args.verify_checksum)), flush=True)
+    if not args.serve:
+        _answer(args, args.store_only, args.verify_checksum, args.load_concurrency)
         return 0
-    for bound, checked in args.load_concurrency:
-        print(json.dumps(measure(args.pool, args.chunks, chunk_bytes, bound, args.odirect, quiet=args.quiet,
-                                 verify_checksum=args.verify_checksum or checked)), flush=True)
+    for line in sys.stdin:
+        request = json.loads(line)
+        _answer(args, bool(request.get("store_only")), args.verify_checksum or bool(request.get("verify_checksum")),
+                [load_spec(text) for text in request.get("load_concurrency", [])])
     return 0
+
+
+def _answer(args: argparse.Namespace, store_only: bool, verify_checksum: bool,
+            loads: list[tuple[int, bool]]) -> None:
+    chunk_bytes = int(args.chunk_mib * 2**20)
+    if store_only:
+        print(json.dumps(store(args.pool, args.chunks, chunk_bytes, args.odirect, verify_checksum)), flush=True)
+        return
+    for bound, checked in loads:
+        print(json.dumps(measure(args.pool, args.chunks, chunk_bytes, bound, args.odirect, quiet=args.quiet,
+                                 verify_checksum=verify_checksum or checked)), flush=True)
 
 
 if __name__ == "__main__":

@@ -2,8 +2,8 @@
 
 `run_reads` (rule r1_reads, `kvtier r1-reads`) takes, in each round, and in the same run:
 - coldread.jsonl: cold loads of N chunks by one LMCache fs L2 worker, per LMCache build (upstream and patched,
-  in alternating order from round to round), each build in its own Python with that build first on the path
-  (kvtier.probes.coldread): upstream once (it reads one key after another), patched once per load bound, the bounds
+  in alternating order from round to round), each build in its own Python with that build first on the path, one
+  for the whole run (kvtier.probes.coldread --serve, `ColdReader`): upstream once (it reads one key after another), patched once per load bound, the bounds
   being fio's queue depths and the configured bound (the patch at the matching queue depth); with
   `verify_checksum`, the patched build once more at the configured bound checking every chunk's CRC-32
   (patches/0003; build `patched_checksum`), on the same files, which were all written with their checksums: what
@@ -23,12 +23,16 @@ Every record is appended and flushed as it is taken; run.json says whether the r
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
+import queue
 import shutil
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -111,27 +115,89 @@ def _build_site(build_dir: str) -> str:
     return str(Path(build_dir) / record["site"])
 
 
-def cold_loads(build_dir: str, pool: Path, settings: ReadSettings, loads: list[tuple[int, bool]],
-               verify_checksum: bool = False) -> list[dict]:
-    """Cold loads by one fs L2 worker of `build_dir`'s LMCache, one per (load bound, checks checksums) in `loads`,
-    in order, all in one Python of its own (kvtier.probes.coldread); with no loads, the chunks the pool lacks are
-    written (with their checksums where `verify_checksum`) and nothing is loaded."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [_build_site(build_dir),
-                                                                     os.environ.get("PYTHONPATH")])),
-           "LMCACHE_DISABLE_BANNER": "1"}
-    bounds = [f"{bound}{coldread.CHECKED if checked else ''}" for bound, checked in loads]
-    argv = [sys.executable, "-m", "kvtier.probes.coldread", "--pool", str(pool), "--chunks", str(settings.chunks),
-            "--chunk-mib", str(settings.chunk_mib),
-            *(["--load-concurrency", *bounds] if bounds else ["--store-only"]),
-            *(["--odirect"] if settings.use_odirect else []), *(["--verify-checksum"] if verify_checksum else []),
-            *(["--quiet", json.dumps(settings.quiet)] if settings.quiet is not None else [])]
-    expected = len(bounds) or 1
-    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=settings.timeout_s * expected)
-    records = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    if done.returncode != 0 or len(records) != expected:
-        raise KvtierError(f"cold load with {build_dir} failed (exit {done.returncode}, {len(records)} of "
-                          f"{expected} {'loads' if bounds else 'stores'}): {done.stderr.strip()[-800:]}")
-    return records
+class ColdReader:
+    """One Python with `build_dir`'s LMCache first on its path (kvtier.probes.coldread --serve) that makes every
+    cold load of that build asked of it during a run, each by a new fs L2 worker as before: a Python per round
+    would start torch and LMCache again each time (2-3 s here, more than a small round's loads). Closing it ends it;
+    a worker that fails or falls silent is a KvtierError with the end of what it printed."""
+
+    def __init__(self, build_dir: str, pool: Path, settings: ReadSettings):
+        self.build_dir, self.settings = build_dir, settings
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [_build_site(build_dir),
+                                                                         os.environ.get("PYTHONPATH")])),
+               "LMCACHE_DISABLE_BANNER": "1"}
+        argv = [sys.executable, "-m", "kvtier.probes.coldread", "--serve", "--pool", str(pool),
+                "--chunks", str(settings.chunks), "--chunk-mib", str(settings.chunk_mib),
+                *(["--odirect"] if settings.use_odirect else []),
+                *(["--quiet", json.dumps(settings.quiet)] if settings.quiet is not None else [])]
+        self._stderr = tempfile.TemporaryFile(mode="w+")  # LMCache's log lines: kept for an error, never a pipe
+        self._proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
+                                      text=True, env=env)
+        self._lines: queue.Queue = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    @property
+    def pid(self) -> int:
+        return self._proc.pid
+
+    def running(self) -> bool:
+        return self._proc.poll() is None
+
+    def _read(self) -> None:
+        for line in self._proc.stdout:
+            self._lines.put(line)
+        self._lines.put(None)  # its output ended: it exited
+
+    def loads(self, loads: list[tuple[int, bool]]) -> list[dict]:
+        """One cold load per (load bound, checks checksums), in order."""
+        return self._ask({"load_concurrency": [f"{bound}{coldread.CHECKED if checked else ''}"
+                                               for bound, checked in loads]}, len(loads))
+
+    def store(self, verify_checksum: bool = False) -> dict:
+        """The chunks the pool lacks written (with their checksums where asked), nothing loaded."""
+        return self._ask({"store_only": True, "verify_checksum": verify_checksum}, 1)[0]
+
+    def _ask(self, request: dict, expected: int) -> list[dict]:
+        what = "loads" if "load_concurrency" in request else "stores"
+        try:
+            self._proc.stdin.write(json.dumps(request) + "\n")
+            self._proc.stdin.flush()
+        except OSError:
+            raise self._failed(f"0 of {expected} {what}: it had exited") from None
+        records, deadline = [], time.monotonic() + self.settings.timeout_s * expected
+        while len(records) < expected:
+            try:
+                line = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                raise self._failed(f"{len(records)} of {expected} {what} within "
+                                   f"{self.settings.timeout_s * expected:g} s") from None
+            if line is None:
+                raise self._failed(f"{len(records)} of {expected} {what}")
+            if line.startswith("{"):
+                records.append(json.loads(line))
+        return records
+
+    def _failed(self, what: str) -> KvtierError:
+        self.close()
+        self._stderr.seek(0)
+        return KvtierError(f"cold load with {self.build_dir} failed (exit {self._proc.returncode}, {what}): "
+                           f"{self._stderr.read().strip()[-800:]}")
+
+    def close(self) -> None:
+        if self._proc.poll() is None:
+            try:
+                self._proc.stdin.close()
+                self._proc.wait(timeout=60)
+            except (OSError, subprocess.TimeoutExpired):
+                self._proc.kill()
+                self._proc.wait()
+
+    def __enter__(self) -> ColdReader:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+        self._stderr.close()
 
 
 def _round_loads(settings: ReadSettings, forward: bool,
@@ -209,41 +275,47 @@ def run_reads(settings: ReadSettings, run_dir: str | os.PathLike,
         pool = Path(settings.pool_path) / COLDREAD_DIR
         shutil.rmtree(pool, ignore_errors=True)
         shards = ckptsave.state_dict_shards(spec)
-        chunk_bytes = int(settings.chunk_mib * 2**20)
         targets = {"local_disk": settings.local_disk_path, "shared_pool": settings.pool_path}
         check = quiet.hook(settings.quiet)  # built once, called before each timed read and save
         ledger = _Looks(settings, undecided, run, run_dir)
         try:
-            if settings.verify_checksum:  # every file written with its checksum, so that each check has one to check
-                cold_loads(settings.builds["patched"], pool, settings, [], verify_checksum=True)
-            with RecordWriter(run_dir / COLDREAD_FILE) as coldreads, RecordWriter(run_dir / FIO_FILE) as fios, \
-                    RecordWriter(run_dir / CHECKPOINT_FILE) as checkpoints:
-                round_, needs = 0, None  # needs: after the first rounds, what the undecided targets measure
-                while True:
-                    forward = round_ % 2 == 0  # alternate the order of builds and bounds from round to round
-                    for build, loads in _round_loads(settings, forward, needs and needs["loads"]):
-                        records = cold_loads(settings.builds[build], pool, settings,
-                                             [(bound, checked) for _, bound, checked in loads])
-                        for (reader, _, _), record in zip(loads, records):
-                            coldreads.write({"round": round_, "build": reader, **record})
-                    for depth in (settings.queue_depths if needs is None else needs["depths"]):
-                        found = _quiet(check)
-                        fios.write({"round": round_, **fio.direct_read(pool, settings.chunks * chunk_bytes,
-                                                                       chunk_bytes, depth, settings.timeout_s),
-                                    "quiet": found})
-                    for target, directory in (targets.items() if needs is None else ()):  # no target rests on them
-                        for writer in (ckptsave.WRITERS if forward else ckptsave.WRITERS[::-1]):
-                            found = _quiet(check)
-                            checkpoints.write({"round": round_, "target": target,
-                                               **ckptsave.save(shards, directory, writer), "quiet": found})
-                    round_ += 1
-                    if round_ >= settings.rounds:
-                        if ledger.stop_after(round_):
-                            break
-                        needs = ledger.needs
+            with contextlib.ExitStack() as stack:
+                readers = {build: stack.enter_context(ColdReader(path, pool, settings))
+                           for build, path in settings.builds.items()}
+                _measure_rounds(settings, run_dir, readers, pool, shards, targets, check, ledger)
         finally:
             shutil.rmtree(pool, ignore_errors=True)
     return json.loads((run_dir / RUN_FILE).read_text())
+
+
+def _measure_rounds(settings: ReadSettings, run_dir: Path, readers: dict[str, ColdReader], pool: Path,
+                    shards, targets: dict[str, str], check, ledger: _Looks) -> None:
+    chunk_bytes = int(settings.chunk_mib * 2**20)
+    if settings.verify_checksum:  # every file written with its checksum, so that each check has one to check
+        readers["patched"].store(verify_checksum=True)
+    with RecordWriter(run_dir / COLDREAD_FILE) as coldreads, RecordWriter(run_dir / FIO_FILE) as fios, \
+            RecordWriter(run_dir / CHECKPOINT_FILE) as checkpoints:
+        round_, needs = 0, None  # needs: after the first rounds, what the undecided targets measure
+        while True:
+            forward = round_ % 2 == 0  # alternate the order of builds and bounds from round to round
+            for build, loads in _round_loads(settings, forward, needs and needs["loads"]):
+                records = readers[build].loads([(bound, checked) for _, bound, checked in loads])
+                for (reader, _, _), record in zip(loads, records):
+                    coldreads.write({"round": round_, "build": reader, **record})
+            for depth in (settings.queue_depths if needs is None else needs["depths"]):
+                found = _quiet(check)
+                fios.write({"round": round_, **fio.direct_read(pool, settings.chunks * chunk_bytes, chunk_bytes,
+                                                               depth, settings.timeout_s), "quiet": found})
+            for target, directory in (targets.items() if needs is None else ()):  # no target rests on them
+                for writer in (ckptsave.WRITERS if forward else ckptsave.WRITERS[::-1]):
+                    found = _quiet(check)
+                    checkpoints.write({"round": round_, "target": target,
+                                       **ckptsave.save(shards, directory, writer), "quiet": found})
+            round_ += 1
+            if round_ >= settings.rounds:
+                if ledger.stop_after(round_):
+                    break
+                needs = ledger.needs
 
 
 @dataclass(frozen=True)

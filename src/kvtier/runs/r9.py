@@ -10,8 +10,9 @@ each tier path first. Then, per repetition and per path (the order alternated fr
   at the least);
 - **warm**: the files are read again (now from the page cache), and vLLM is started on them and stopped.
 
-Each start records vLLM's own "Loading weights took N seconds" and the time from launch to a server that answers
-(time to ready). loads.jsonl holds one record per case, appended and flushed as it is taken; run.json says
+Each start records vLLM's own "Loading weights took N seconds", the time from launch to a server that answers
+(time to ready) and how it was started: whole, a new Python (by default: ready_s includes vLLM's import, as a
+user's start does), or forked from the run's fork server where `fork` asks for it (ready_s from the fork). loads.jsonl holds one record per case, appended and flushed as it is taken; run.json says
 whether the run completed; the copies are removed whatever happens.
 """
 
@@ -30,6 +31,7 @@ from ..bench.runner import RUN_FILE
 from ..core.errors import KvtierError
 from ..probes import pagecache, platform_probe, quiet
 from ..probes.platform_probe import PLATFORM_FILE
+from ..stack.fork_server import Forked
 from ..stack.vllm_server import VllmServer
 from .run_record import RunRecord
 
@@ -56,10 +58,15 @@ class LoadSettings:
     vllm_extra_args: list[str] = field(default_factory=list)
     timeout_s: float = 600.0
     quiet: dict | None = None
+    # Forked from the run's fork server where it has one: ready_s then leaves vLLM's import out. Off: every start
+    # is whole, as a user's is.
+    fork: bool = False
 
     def __post_init__(self):
         if not self.paths:
             raise KvtierError("R9: no tier path to load from")
+        if not isinstance(self.fork, bool):
+            raise KvtierError(f"R9 settings: fork must be true or false, not {self.fork!r}")
         if not isinstance(self.repetitions, int) or self.repetitions < 1:
             raise KvtierError(f"R9 settings: repetitions must be a positive integer, not {self.repetitions!r}")
         if not (Path(self.model_dir) / "config.json").is_file():
@@ -101,14 +108,16 @@ def start_and_stop(settings: LoadSettings, model_dir: Path, log: Path) -> dict:
                         tensor_parallel_size=settings.tensor_parallel_size,
                         gpu_memory_utilization=settings.gpu_memory_utilization, dtype=settings.dtype,
                         extra_args=list(settings.vllm_extra_args), ready_timeout_s=settings.timeout_s,
-                        fork=False)  # ready_s times a whole start, vLLM's import included, as a user's start
+                        fork=settings.fork)
     start = time.perf_counter()
     try:
         server.start()
         ready_s = time.perf_counter() - start
+        forked = isinstance(server.process, Forked)
     finally:
         server.stop()
-    return {"ready_s": ready_s, "loading_weights_s": loading_weights_s(log, offset)}
+    return {"ready_s": ready_s, "start": "forked" if forked else "whole",
+            "loading_weights_s": loading_weights_s(log, offset)}
 
 
 def run_loads(settings: LoadSettings, run_dir: str | os.PathLike) -> dict:
