@@ -26,10 +26,13 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 
 
 def pytest_collection_modifyitems(config, items):
-    """The Slurm tests last. Once slurm-wlm is installed, Snakemake's Slurm executor plugin asks `scontrol` for the
+    """The tests that need no built project first, then those that read it, the Slurm tests last.
+    The Slurm run starts in the background once the project is built (`built`), so that only tests that read the
+    built project run beside it: the others, some of which measure or wait on the measurement lock, run before.
+    The Slurm tests last: once slurm-wlm is installed, Snakemake's Slurm executor plugin asks `scontrol` for the
     cluster's settings every time Snakemake starts, even to run locally; with the daemons stopped (the Slurm tests'
     teardown) that waits about 9 s for its timeout, and every later Snakemake run of the session would pay it."""
-    items.sort(key=lambda item: item.path.name == "test_slurm.py")
+    items.sort(key=lambda item: (item.path.name == "test_slurm.py", "built" in getattr(item, "fixturenames", ())))
 
 
 def tool_env() -> dict:

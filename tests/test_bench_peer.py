@@ -54,8 +54,11 @@ def test_ttft_p50_agrees_with_vllm_bench_serve(vllm_server, tiny_model, tmp_path
     # The same last round, as a user compares the two tools: the peer's saved result imported, then compared.
     run(["kvtier", "import", "vllm-bench-serve", str(tmp_path / "peer1" / RESULT_FILE), "--out",
          str(tmp_path / "peer1-imported")], cwd=tmp_path)
+    # Never held closer than the peer agrees with itself: its own two rounds' spread on top of the tolerance (a run
+    # here saw the peer's median move from 58.8 to 71.3 ms between its rounds, kvtier's at 52.3 and 48.1 ms).
+    tolerance = max(SINGLE_ROUND, RELATIVE + (high - low) / low)
     compared = run(["kvtier", "compare", str(tmp_path / "ours1"), str(tmp_path / "peer1-imported"),
-                    "--metric", "ttft_s.p50", "--metric", "requests.ok", "--tolerance", str(SINGLE_ROUND),
+                    "--metric", "ttft_s.p50", "--metric", "requests.ok", "--tolerance", f"{tolerance:.3f}",
                     "--abs-tolerance-s", str(ABSOLUTE_S)], cwd=tmp_path, check=False)
     print(compared.stdout)
     assert compared.returncode == 0, compared.stdout + compared.stderr

@@ -17,7 +17,8 @@ def test_defaults_are_filled_from_the_schema():
     cfg = config.validate({})
     assert cfg["published_dir"] == "raw_data/published" and cfg["evidence_dir"] == "evidence"
     assert cfg["replay"] == {"items": ["R2"]} and cfg["audit"] == {"enabled": True}
-    assert cfg["render"] == {"cell_timeout_s": 600, "chart_png_scale": 2, "html_template": "kvtier"}
+    assert cfg["render"] == {"cell_timeout_s": 600, "chart_png_scale": 2, "html_template": "kvtier",
+                             "beside_measurements": False}
     assert cfg["model"]["path"] == "" and cfg["model"]["generate"]["dtype"] == "float32"
     assert cfg["runs"]["tiers"] == ["recompute", "engine", "dram", "local_disk", "shared_pool"]
     assert cfg["runs"]["concurrency"] == [8, 16, 32]

@@ -50,9 +50,10 @@ built = lambda paths: list(paths) if MEASURE else []
 # The `measurement` resource (2, workflow/profiles/default): a measurement holds all of it, so that nothing else of
 # the pipeline runs while a window is measured; a render, an LMCache build or a model burns CPU too and holds half,
 # so two of them run side by side but never beside a measurement. A replay measures nothing: its renders hold none
-# and run as many at once as --cores allows.
+# and run as many at once as --cores allows, as they do beside the measurements where `render.beside_measurements`
+# says the readings may share the CPU (the test preset).
 WHOLE_SLOT, HALF_SLOT = 2, 1
-RENDER_SLOT = HALF_SLOT if MEASURE else 0
+RENDER_SLOT = HALF_SLOT if MEASURE and not config["render"]["beside_measurements"] else 0
 
 PUBLISHED = config["published_dir"]
 EVIDENCE = config["evidence_dir"]
