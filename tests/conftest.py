@@ -32,7 +32,10 @@ def pytest_collection_modifyitems(config, items):
     The Slurm tests last: once slurm-wlm is installed, Snakemake's Slurm executor plugin asks `scontrol` for the
     cluster's settings every time Snakemake starts, even to run locally; with the daemons stopped (the Slurm tests'
     teardown) that waits about 9 s for its timeout, and every later Snakemake run of the session would pay it."""
-    items.sort(key=lambda item: (item.path.name == "test_slurm.py", "built" in getattr(item, "fixturenames", ())))
+    def place(item) -> tuple[bool, bool]:
+        slurm = item.path.name == "test_slurm.py"  # in its own order: the daemons' teardown is its last test
+        return slurm, not slurm and "built" in getattr(item, "fixturenames", ())
+    items.sort(key=place)
 
 
 def tool_env() -> dict:
