@@ -25,6 +25,9 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+SLURM_TESTS = "test_slurm.py"
+
+
 def pytest_collection_modifyitems(config, items):
     """The tests that need no built project first, then those that read it, the Slurm tests last.
     The Slurm run starts in the background once the project is built (`built`), so that only tests that read the
@@ -33,7 +36,7 @@ def pytest_collection_modifyitems(config, items):
     cluster's settings every time Snakemake starts, even to run locally; with the daemons stopped (the Slurm tests'
     teardown) that waits about 9 s for its timeout, and every later Snakemake run of the session would pay it."""
     def place(item) -> tuple[bool, bool]:
-        slurm = item.path.name == "test_slurm.py"  # in its own order: the daemons' teardown is its last test
+        slurm = item.path.name == SLURM_TESTS  # in its own order: the daemons' teardown is its last test
         return slurm, not slurm and "built" in getattr(item, "fixturenames", ())
     items.sort(key=place)
 
@@ -174,7 +177,7 @@ def built_run(tmp_path_factory) -> Built:
 
 @pytest.fixture(scope="session")
 def built(built_run, request) -> Path:
-    if any(item.path.name == "test_slurm.py" for item in request.session.items):
+    if any(item.path.name == SLURM_TESTS for item in request.session.items):
         # tests/test_slurm.py's run through Slurm starts now, on a copy of this project, and goes on beside the
         # tests in between: its four jobs spend most of their 3 minutes waiting on the scheduler (a submission, a
         # Snakemake start inside each job, a status check every 5-30 s), which those tests spend working. Its

@@ -3,8 +3,9 @@
 `run_reads` (rule r1_reads, `kvtier r1-reads`) takes, in each round, and in the same run:
 - coldread.jsonl: cold loads of N chunks by one LMCache fs L2 worker, per LMCache build (upstream and patched,
   in alternating order from round to round), each build in its own Python with that build first on the path, one
-  for the whole run (kvtier.probes.coldread --serve, `ColdReader`): upstream once (it reads one key after another), patched once per load bound, the bounds
-  being fio's queue depths and the configured bound (the patch at the matching queue depth); with
+  for the whole run (kvtier.probes.coldread --serve, `ColdReader`): upstream once (it reads one key after another),
+  patched once per load bound, the bounds being fio's queue depths and the configured bound (the patch at the
+  matching queue depth); with
   `verify_checksum`, the patched build once more at the configured bound checking every chunk's CRC-32
   (patches/0003; build `patched_checksum`), on the same files, which were all written with their checksums: what
   the check costs on a cold read (in the same Python as the patched build's other loads of the round);
@@ -135,10 +136,6 @@ class ColdReader:
                                       text=True, env=env)
         self._lines: queue.Queue = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
-
-    @property
-    def pid(self) -> int:
-        return self._proc.pid
 
     def running(self) -> bool:
         return self._proc.poll() is None

@@ -12,8 +12,9 @@ each tier path first. Then, per repetition and per path (the order alternated fr
 
 Each start records vLLM's own "Loading weights took N seconds", the time from launch to a server that answers
 (time to ready) and how it was started: whole, a new Python (by default: ready_s includes vLLM's import, as a
-user's start does), or forked from the run's fork server where `fork` asks for it (ready_s from the fork). loads.jsonl holds one record per case, appended and flushed as it is taken; run.json says
-whether the run completed; the copies are removed whatever happens.
+user's start does), or forked from the run's fork server where `fork` asks for it (ready_s from the fork).
+loads.jsonl holds one record per case, appended and flushed as it is taken; run.json says whether the run
+completed; the copies are removed whatever happens.
 """
 
 from __future__ import annotations
