@@ -252,10 +252,27 @@ def copy_built(built: Path, dest: Path) -> Path:
 # ---------------------------------------------------------------------------------------------------------------
 # The real stack: a generated model and one vLLM CPU server per test session.
 
+def made_once(tmp_path_factory, name: str, make) -> Path:
+    """`make(folder)` run once per test session, however many pytest-xdist workers it has: the first worker to
+    ask makes it in the session's common temporary folder, the others wait for it (a file lock) and use the same.
+    `make` fills `folder` or returns a path under it; what it returns is what every worker gets."""
+    from filelock import FileLock
+    base = tmp_path_factory.getbasetemp()
+    common = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # pytest-N/ holds every worker's own
+    folder, done = common / f"once-{name}", common / f"once-{name}.done"
+    with FileLock(f"{folder}.lock"):
+        if not done.is_file():
+            shutil.rmtree(folder, ignore_errors=True)  # a worker that failed halfway left it
+            folder.mkdir(parents=True)
+            done.write_text(str(make(folder)))
+    return Path(done.read_text())
+
+
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory) -> Path:
     from kvtier.stack.model import ModelSpec, generate
-    return generate(tmp_path_factory.mktemp("model") / "tiny", ModelSpec(seed=0, max_positions=8192))
+    return made_once(tmp_path_factory, "model", lambda folder: generate(folder / "tiny",
+                                                                         ModelSpec(seed=0, max_positions=8192)))
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -287,14 +304,19 @@ def vllm_server(tiny_model, tmp_path_factory):
 def upstream_wheel(tmp_path_factory):
     """The real upstream LMCache wheel, fetched once (pip download, sha256 checked)."""
     from kvtier.stack import lmcache_build
-    return lmcache_build.fetch(lmcache_build.Upstream(), tmp_path_factory.mktemp("upstream"))
+    return made_once(tmp_path_factory, "upstream",
+                     lambda folder: lmcache_build.fetch(lmcache_build.Upstream(), folder))
 
 
 @pytest.fixture(scope="session")
 def lmcache_builds(upstream_wheel, tmp_path_factory) -> dict:
-    """Both LMCache builds, made once: {"upstream" | "patched": (build directory, build record)}."""
+    """Both LMCache builds, made once a session: {"upstream" | "patched": (build directory, build record)}."""
     from kvtier.stack import lmcache_build
-    root = tmp_path_factory.mktemp("builds")
     patches = sorted((ROOT / "patches").glob("*.patch"))
-    return {name: (root / name, lmcache_build.build(upstream_wheel, lmcache_build.Upstream(), files, root / name))
-            for name, files in (("upstream", []), ("patched", patches))}
+
+    def make(root: Path) -> Path:
+        for name, files in (("upstream", []), ("patched", patches)):
+            lmcache_build.build(upstream_wheel, lmcache_build.Upstream(), files, root / name)
+        return root
+    root = made_once(tmp_path_factory, "builds", make)
+    return {name: (root / name, lmcache_build.read(root / name)) for name in ("upstream", "patched")}

@@ -2,8 +2,9 @@
 
 import pytest
 
-from kvtier.bench.peer import RESULT_FILE, vllm_bench_serve
+from kvtier.bench.peer import LOG_FILE, RESULT_FILE, vllm_bench_serve
 from kvtier.bench.runner import BenchConfig, Runner
+from kvtier.stack.fork_server import STARTED_NOTE
 
 from conftest import run
 
@@ -45,6 +46,9 @@ def test_ttft_p50_agrees_with_vllm_bench_serve(vllm_server, tiny_model, tmp_path
         window = summary["windows"][0]
         assert window["requests"]["ok"] == 32
         ours.append(window["ttft_s"]["p50"])
+    # Both peer runs forked from the session's fork server (vLLM imported there once), as vLLM's servers are.
+    for round_ in range(2):
+        assert STARTED_NOTE in (tmp_path / f"peer{round_}" / LOG_FILE).read_text()
     print("TTFT p50: vllm bench serve " + ", ".join(f"{p * 1000:.1f}" for p in peers) + " ms; kvtier "
           + ", ".join(f"{o * 1000:.1f}" for o in ours) + " ms")
     ours_p50 = sum(ours) / len(ours)

@@ -61,6 +61,11 @@ def test_what_a_fork_runs_in_place_of_a_command(tmp_path):
     # a launcher of the user's (a cluster's `vllm serve`, a container) or another interpreter starts anew
     assert fork_server.program(VllmServer("model", "log", vllm_command=["vllm", "serve"]).command()) is None
     assert fork_server.program(["/usr/bin/python3", "-m", "kvtier.stack.vllm_cpu_serve"]) is None
+    # the peer client imports vLLM too; any other module starts anew
+    from kvtier.bench import peer
+    bench = peer.command(base_url="http://x", model="m")
+    assert fork_server.program(bench) == {"module": "kvtier.bench.peer", "args": bench[3:]}
+    assert fork_server.program([sys.executable, "-m", "kvtier", "render"]) is None
 
 
 def test_a_build_first_on_pythonpath_goes_first_on_sys_path_unless_it_shadows_an_import(tmp_path):

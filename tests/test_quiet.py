@@ -10,11 +10,12 @@ from kvtier.probes import quiet
 
 
 class FakeProc:
-    """/proc/meminfo, /proc/stat and /proc/loadavg in a folder; time moves only when the check sleeps."""
+    """/proc/meminfo and /proc/stat in a folder; time moves only when the check sleeps. `runnable`: the tasks
+    runnable now, the check included."""
 
-    def __init__(self, folder, dirty_mib, busy, load):
+    def __init__(self, folder, dirty_mib, busy, runnable):
         self.folder, self.now, self.jiffies = folder, 0.0, [0, 0]
-        self.dirty_mib, self.busy, self.load = list(dirty_mib), busy, load  # dirty: one value per reading
+        self.dirty_mib, self.busy, self.runnable = list(dirty_mib), busy, runnable  # dirty: one value per reading
         self.write()
 
     def write(self):
@@ -22,8 +23,8 @@ class FakeProc:
         (self.folder / "meminfo").write_text(f"MemTotal: 1000 kB\nDirty: {int(dirty * 1024)} kB\n"
                                              f"Writeback: 0 kB\n")
         busy, idle = self.jiffies
-        (self.folder / "stat").write_text(f"cpu  {busy} 0 0 {idle} 0 0 0 0 0 0\ncpu0 0 0 0 0\n")
-        (self.folder / "loadavg").write_text(f"{self.load} 0.5 0.5 1/100 42\n")
+        (self.folder / "stat").write_text(f"cpu  {busy} 0 0 {idle} 0 0 0 0 0 0\ncpu0 0 0 0 0\nctxt 1\n"
+                                          f"procs_running {self.runnable}\nprocs_blocked 16\n")
 
     def sleep(self, seconds):
         self.now += seconds
@@ -34,14 +35,14 @@ class FakeProc:
     def sources(self, cpus=2):
         synced = []
         src = quiet.Sources(meminfo=str(self.folder / "meminfo"), stat=str(self.folder / "stat"),
-                            loadavg=str(self.folder / "loadavg"), sync=lambda: synced.append(True),
+                            sync=lambda: synced.append(True),
                             sleep=self.sleep, clock=lambda: self.now, cpus=cpus)
         return src, synced
 
 
 def test_a_quiet_machine_passes_at_once_after_sync(tmp_path):
     # 0.1 busy: a sample of 0.2 s is 20 jiffies a CPU, so a share under 0.05 reads as none (as on a real machine)
-    proc = FakeProc(tmp_path, dirty_mib=[1], busy=0.1, load=0.3)
+    proc = FakeProc(tmp_path, dirty_mib=[1], busy=0.1, runnable=1)
     src, synced = proc.sources()
     bounds = quiet.QuietBounds()
     record = quiet.wait_quiet(bounds, src)
@@ -50,7 +51,7 @@ def test_a_quiet_machine_passes_at_once_after_sync(tmp_path):
 
 
 def test_the_window_waits_for_writeback_to_drain(tmp_path):
-    proc = FakeProc(tmp_path, dirty_mib=[900, 600, 300, 100, 20, 5], busy=0.05, load=0.5)
+    proc = FakeProc(tmp_path, dirty_mib=[900, 600, 300, 100, 20, 5], busy=0.05, runnable=2)
     src, _ = proc.sources()
     bounds = quiet.QuietBounds(max_dirty_mib=64)
     record = quiet.wait_quiet(bounds, src)
@@ -58,11 +59,28 @@ def test_the_window_waits_for_writeback_to_drain(tmp_path):
 
 
 def test_a_busy_machine_is_recorded_as_not_quiet_after_the_timeout(tmp_path):
-    proc = FakeProc(tmp_path, dirty_mib=[1], busy=0.9, load=3.5)
+    proc = FakeProc(tmp_path, dirty_mib=[1], busy=0.9, runnable=6)
     src, _ = proc.sources(cpus=2)
     record = quiet.wait_quiet(quiet.QuietBounds(timeout_s=10), src)
     assert not record["quiet"] and record["waited_s"] >= 10
-    assert any("of the CPUs busy" in o for o in record["over"]) and record["load_per_cpu"] == pytest.approx(1.75)
+    assert any("of the CPUs busy" in o for o in record["over"]) and record["runnable_per_cpu"] == pytest.approx(2.5)
+    assert "2.5 tasks runnable per CPU (bound 1)" in record["over"]
+
+
+def test_tasks_blocked_on_io_do_not_keep_an_idle_machine_waiting(tmp_path):
+    # 16 LMCache threads that had waited on a capped tier's reads sat in the load average for a minute after; the
+    # run queue (the check itself only) and an idle CPU are what the check reads.
+    proc = FakeProc(tmp_path, dirty_mib=[1], busy=0.0, runnable=1)
+    record = quiet.wait_quiet(quiet.QuietBounds(), proc.sources(cpus=2)[0])
+    assert record["quiet"] and record["runnable_per_cpu"] == 0 and record["waited_s"] == quiet.QuietBounds().sample_s
+
+
+def test_a_stat_file_without_a_run_queue_is_named(tmp_path):
+    (tmp_path / "meminfo").write_text("Dirty: 0 kB\nWriteback: 0 kB\n")
+    (tmp_path / "stat").write_text("cpu  1 0 0 1 0 0 0 0 0 0\n")
+    src = quiet.Sources(meminfo=str(tmp_path / "meminfo"), stat=str(tmp_path / "stat"), sleep=lambda s: None)
+    with pytest.raises(KvtierError, match="stat: no procs_running line"):
+        quiet.wait_quiet(quiet.QuietBounds(), src)
 
 
 def test_bad_bounds_are_named():
@@ -79,7 +97,7 @@ def test_a_window_right_after_gigabytes_written_waits_or_says_so(tmp_path):
         for _ in range(1536):
             f.write(block)
     started = time.monotonic()
-    record = quiet.wait_quiet(quiet.QuietBounds(max_dirty_mib=64, max_cpu_busy=0.9, max_load_per_cpu=50,
+    record = quiet.wait_quiet(quiet.QuietBounds(max_dirty_mib=64, max_cpu_busy=0.9, max_runnable_per_cpu=50,
                                                  timeout_s=60))
     assert record["waited_s"] <= time.monotonic() - started + 0.1
     # Either sync and the wait drained it under the bound, or the record says it did not get quiet, and why.

@@ -21,7 +21,7 @@ from conftest import ROOT, run
 FIXTURE = ROOT / "tests" / "fixtures" / "r1"
 CKPT = {"layers": 4, "hidden": 256, "intermediate": 512, "kv_dim": 64, "rank": 8, "shards": 2}
 # The quiet check runs before every timed read and save; bounds a busy test machine meets, so it never waits long.
-QUIET = {"max_dirty_mib": 4096, "max_cpu_busy": 1.0, "max_load_per_cpu": 1000, "sample_s": 0.05, "timeout_s": 5}
+QUIET = {"max_dirty_mib": 4096, "max_cpu_busy": 1.0, "max_runnable_per_cpu": 1000, "sample_s": 0.05, "timeout_s": 5}
 
 
 def test_dropped_files_leave_the_page_cache_and_reads_bring_them_back(tmp_path):

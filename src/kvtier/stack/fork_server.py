@@ -48,6 +48,9 @@ from .vllm_cpu_serve import LAUNCH_MODULE, SERVER_MODULE
 
 ENV = "KVTIER_VLLM_FORK_SERVER"      # the fork server's socket path, for every process of the run
 PRELOAD = (SERVER_MODULE, "vllm.entrypoints.launchers.api_server.entry")
+# The modules a fork may run as `python -m`: vLLM's CPU server, and the peer client (`vllm bench serve`, which
+# imports vLLM too: kvtier.bench.peer).
+FORKABLE_MODULES = (LAUNCH_MODULE, "kvtier.bench.peer")
 # Set per start by VllmServer.environment, and read by vLLM only when used (vllm.envs), after the fork.
 IMPORT_FREE_KEYS = frozenset({"VLLM_SERVER_DEV_MODE", "VLLM_CPU_KVCACHE_SPACE", "VLLM_ENABLE_V1_MULTIPROCESSING",
                               "VLLM_WORKER_MULTIPROC_METHOD"})
@@ -157,10 +160,10 @@ def _ask(socket_path: str, request: dict, timeout_s: float) -> dict:
 
 def program(command: list[str]) -> dict | None:
     """What a fork of the fork server runs in place of `command`: {"module": M, "args": ...} for `python -m M ...`
-    (vLLM's CPU server) or {"script": S, "args": ...} for a console script beside this Python (LMCache's
+    (FORKABLE_MODULES) or {"script": S, "args": ...} for a console script beside this Python (LMCache's
     `lmcache`), or None for anything else (another interpreter, a launcher), which must start anew."""
-    if command[:3] == [sys.executable, "-m", LAUNCH_MODULE]:
-        return {"module": LAUNCH_MODULE, "args": command[3:]}
+    if command[:2] == [sys.executable, "-m"] and len(command) > 2 and command[2] in FORKABLE_MODULES:
+        return {"module": command[2], "args": command[3:]}
     if command and Path(command[0]).parent == Path(sys.executable).parent and Path(command[0]).name == "lmcache":
         return {"script": command[0], "args": command[1:]}
     return None
