@@ -215,7 +215,7 @@ def test_fresh_copy_dry_run_and_lint_are_clean(project_copy):
     ({"gates": {"g1": {"expect": [{"field": "cpu.usable_cpu", "op": "at_least", "value": 2}]}}},
      "gates.g1.expect[0]: field 'cpu.usable_cpu' is not in the platform record"),
     ({"runs": {"tiers": ["recompute", "engine"]}}, "gates.g3.candidate 'shared_pool' is not a tier of runs.tiers"),
-    ({"runs": {"max_rounds": 2}}, "runs.max_rounds 2: at least runs.rounds (3)"),
+    ({"runs": {"max_rounds": 1}}, "runs.max_rounds 1: at least runs.rounds (2)"),
 ])
 def test_bad_config_stops_the_run_before_anything_is_written(project_copy, bad, named):
     (project_copy / "bad.yaml").write_text(yaml.safe_dump(bad))
